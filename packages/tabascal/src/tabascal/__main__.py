@@ -1,0 +1,3 @@
+from tabascal.cli import main
+
+raise SystemExit(main())
