@@ -1,0 +1,204 @@
+"""Gradient-descent fit of whitened parameters with optax, with checkpoints and resume.
+
+The fit is a pure function of a loss ``loss_fn(params, inputs) -> (loss, aux)`` where ``aux``
+is a dict of scalars (at least ``"chi2"``, the reduced chi-squared). ``inputs`` is passed to the
+jitted step as an argument rather than closed over, so large arrays are never baked into the
+compiled program as constants.
+
+The optimiser runs ``steps`` steps at ``learning_rate`` and then ``second_phase_steps`` at a
+tenth of it. The schedule lives in the optimiser state, so a run resumed from a checkpoint
+continues exactly where an uninterrupted run would be.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+logger = logging.getLogger(__name__)
+
+OPTIMIZERS = ("adabelief", "adam", "sgd")
+CHECKPOINT_NAME = "checkpoint.npz"
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    """Static settings of a fit.
+
+    Attributes:
+      optimizer: one of ``OPTIMIZERS``.
+      learning_rate: step size of the first phase (whitened units per step).
+      steps: number of steps in the first phase.
+      second_phase_steps: number of further steps at ``learning_rate / 10`` (0 for none).
+      checkpoint_every: write a checkpoint every this many steps (0 for never).
+    """
+
+    optimizer: str = "adabelief"
+    learning_rate: float = 0.05
+    steps: int = 500
+    second_phase_steps: int = 0
+    checkpoint_every: int = 0
+
+    @property
+    def total_steps(self) -> int:
+        return self.steps + self.second_phase_steps
+
+
+class FitState(NamedTuple):
+    """Everything that changes from one step to the next."""
+
+    params: Any
+    opt_state: Any
+    step: jax.Array  # int32 scalar: steps taken so far
+
+
+class FitHistory(NamedTuple):
+    """Per-step loss and reduced chi-squared, shape (steps taken,), float64 on the host."""
+
+    loss: np.ndarray
+    chi2: np.ndarray
+
+
+def make_optimizer(config: FitConfig) -> optax.GradientTransformation:
+    """The optimiser of ``config`` with its two-phase step-size schedule."""
+    if config.optimizer not in OPTIMIZERS:
+        raise ValueError(
+            f"optimizer {config.optimizer!r} is not known; choose one of {', '.join(OPTIMIZERS)}"
+        )
+    schedule = optax.piecewise_constant_schedule(config.learning_rate, {config.steps: 0.1})
+    if config.optimizer == "adabelief":
+        return optax.adabelief(schedule)
+    if config.optimizer == "adam":
+        return optax.adam(schedule)
+    return optax.sgd(schedule)
+
+
+def init_state(params, optimizer: optax.GradientTransformation) -> FitState:
+    return FitState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+
+
+def make_step(loss_fn: Callable, optimizer: optax.GradientTransformation) -> Callable:
+    """A jitted ``step(state, inputs) -> (state, loss, aux)`` that donates ``state``.
+
+    ``loss`` and ``aux`` are evaluated at the parameters *before* the update.
+    """
+
+    def step(state: FitState, inputs):
+        (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, inputs)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        return FitState(params, opt_state, state.step + 1), loss, aux
+
+    return jax.jit(step, donate_argnums=0)
+
+
+def run(
+    step_fn: Callable,
+    state: FitState,
+    inputs,
+    config: FitConfig,
+    *,
+    history: FitHistory | None = None,
+    checkpoint_dir: Path | None = None,
+    progress: bool = True,
+) -> tuple[FitState, FitHistory]:
+    """Take steps until ``config.total_steps`` have been taken in all.
+
+    ``state`` may come from a checkpoint (``state.step > 0``), in which case ``history`` holds
+    the earlier steps' figures. Checkpoints go to ``checkpoint_dir`` every
+    ``config.checkpoint_every`` steps and at the end.
+    """
+    from tqdm.auto import tqdm
+
+    done = int(state.step)
+    losses = list(history.loss) if history is not None else []
+    chi2s = list(history.chi2) if history is not None else []
+    if len(losses) != done:
+        raise ValueError(f"history holds {len(losses)} steps but the state has taken {done}")
+    bar = tqdm(
+        total=config.total_steps, initial=done, disable=not progress, unit="step", leave=False
+    )
+    try:
+        for _ in range(done, config.total_steps):
+            state, loss, aux = step_fn(state, inputs)
+            losses.append(float(loss))
+            chi2s.append(float(aux["chi2"]))
+            n = len(losses)
+            bar.update(1)
+            bar.set_postfix(loss=f"{losses[-1]:.4g}", chi2=f"{chi2s[-1]:.4g}", refresh=False)
+            due = config.checkpoint_every and n % config.checkpoint_every == 0
+            if checkpoint_dir is not None and due and n < config.total_steps:
+                save_checkpoint(
+                    checkpoint_dir, state, FitHistory(np.array(losses), np.array(chi2s))
+                )
+    finally:
+        bar.close()
+    history = FitHistory(np.asarray(losses, np.float64), np.asarray(chi2s, np.float64))
+    if checkpoint_dir is not None and config.checkpoint_every:
+        save_checkpoint(checkpoint_dir, state, history)
+    return state, history
+
+
+def _leaf_names(tree) -> list[str]:
+    return [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_leaves_with_path(tree)]
+
+
+def save_checkpoint(directory: Path, state: FitState, history: FitHistory) -> Path:
+    """Write ``state`` and ``history`` to ``directory/checkpoint.npz`` atomically."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    leaves = jax.device_get(jax.tree_util.tree_leaves(state))
+    arrays = {f"leaf_{i}": np.asarray(leaf) for i, leaf in enumerate(leaves)}
+    arrays["leaf_names"] = np.array(_leaf_names(state))
+    arrays["history_loss"] = history.loss
+    arrays["history_chi2"] = history.chi2
+    final = directory / CHECKPOINT_NAME
+    partial = directory / (CHECKPOINT_NAME + ".partial")
+    with open(partial, "wb") as f:
+        np.savez(f, **arrays)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(partial, final)
+    logger.info("checkpoint at step %d written to %s", int(state.step), final)
+    return final
+
+
+def load_checkpoint(directory: Path, template: FitState) -> tuple[FitState, FitHistory]:
+    """Read a checkpoint written by ``save_checkpoint`` for a state shaped like ``template``.
+
+    Refuses a checkpoint whose parameter names, shapes or dtypes differ from ``template``'s
+    (a checkpoint of another configuration or data set).
+    """
+    path = Path(directory) / CHECKPOINT_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint to resume from: {path} does not exist")
+    with np.load(path) as saved:
+        names = list(saved["leaf_names"])
+        expected = _leaf_names(template)
+        if names != expected:
+            raise ValueError(
+                f"checkpoint {path} holds parameters {names[:4]}... but this run expects "
+                f"{expected[:4]}...; it was written by a different model configuration"
+            )
+        template_leaves, treedef = jax.tree_util.tree_flatten(template)
+        leaves = []
+        for i, like in enumerate(template_leaves):
+            value = saved[f"leaf_{i}"]
+            if value.shape != jnp.shape(like) or value.dtype != jnp.result_type(like):
+                raise ValueError(
+                    f"checkpoint {path}: {names[i]} has shape {value.shape} and dtype "
+                    f"{value.dtype}, but this run expects {jnp.shape(like)} "
+                    f"{jnp.result_type(like)}; it was written for different data or precision"
+                )
+            leaves.append(value)
+        history = FitHistory(saved["history_loss"].copy(), saved["history_chi2"].copy())
+    return jax.tree_util.tree_unflatten(treedef, leaves), history

@@ -1,0 +1,100 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tabascal import fit
+
+jax.config.update("jax_enable_x64", True)
+
+
+def _toy_loss(params, inputs):
+    # A least-squares problem with a known minimiser, params["x"] == inputs["target"].
+    r = params["x"] - inputs["target"]
+    chi2 = jnp.sum(r**2) / r.size
+    return chi2 + 0.0 * params["y"], {"chi2": chi2}
+
+
+def _start():
+    params = {"x": jnp.zeros(5), "y": jnp.ones(())}
+    inputs = {"target": jnp.arange(5.0)}
+    return params, inputs
+
+
+def test_fit_converges_on_a_quadratic():
+    config = fit.FitConfig(optimizer="adam", learning_rate=0.1, steps=300)
+    optimizer = fit.make_optimizer(config)
+    params, inputs = _start()
+    state, history = fit.run(
+        fit.make_step(_toy_loss, optimizer),
+        fit.init_state(params, optimizer),
+        inputs,
+        config,
+        progress=False,
+    )
+    assert history.loss.shape == (300,)
+    assert history.loss[-1] < 1e-3 * history.loss[0]
+    np.testing.assert_allclose(state.params["x"], np.arange(5.0), atol=0.05)
+
+
+def test_second_phase_runs_at_a_tenth_of_the_step_size():
+    # Plain SGD on f(x) = x^2 / 2 with one parameter: each step moves x by -lr * x, so the
+    # ratio of successive x is (1 - lr) in the first phase and (1 - lr/10) in the second.
+    config = fit.FitConfig(optimizer="sgd", learning_rate=0.2, steps=3, second_phase_steps=3)
+    optimizer = fit.make_optimizer(config)
+    state = fit.init_state(jnp.array(1.0), optimizer)
+    step = fit.make_step(lambda x, _: (0.5 * x**2, {"chi2": x**2}), optimizer)
+    xs = [1.0]
+    for _ in range(6):
+        state, _, _ = step(state, None)
+        xs.append(float(state.params))
+    ratios = np.array(xs[1:]) / np.array(xs[:-1])
+    np.testing.assert_allclose(ratios, [0.8, 0.8, 0.8, 0.98, 0.98, 0.98], rtol=1e-12)
+
+
+def test_resume_from_checkpoint_equals_an_uninterrupted_run(tmp_path):
+    config = fit.FitConfig(learning_rate=0.05, steps=12, second_phase_steps=8, checkpoint_every=5)
+    optimizer = fit.make_optimizer(config)
+    step = fit.make_step(_toy_loss, optimizer)
+    # The step donates its state, so every run starts from freshly made parameters.
+    params, inputs = _start()
+    whole, whole_history = fit.run(
+        step, fit.init_state(params, optimizer), inputs, config, progress=False
+    )
+
+    # Stop after 10 steps (two checkpoints), then resume from the checkpoint on disk.
+    first = fit.FitConfig(**{**config.__dict__, "steps": 10, "second_phase_steps": 0})
+    partial_state, _ = fit.run(
+        fit.make_step(_toy_loss, fit.make_optimizer(config)),
+        fit.init_state(_start()[0], optimizer),
+        inputs,
+        first,
+        checkpoint_dir=tmp_path,
+        progress=False,
+    )
+    assert int(partial_state.step) == 10
+    template = fit.init_state(_start()[0], optimizer)
+    loaded, history = fit.load_checkpoint(tmp_path, template)
+    assert int(loaded.step) == 10 and history.loss.shape == (10,)
+    resumed, resumed_history = fit.run(
+        step, loaded, inputs, config, history=history, progress=False
+    )
+    np.testing.assert_array_equal(resumed.params["x"], whole.params["x"])
+    np.testing.assert_array_equal(resumed_history.loss, whole_history.loss)
+
+
+def test_checkpoint_of_another_shape_is_refused(tmp_path):
+    optimizer = fit.make_optimizer(fit.FitConfig())
+    params, _ = _start()
+    state = fit.init_state(params, optimizer)
+    fit.save_checkpoint(tmp_path, state, fit.FitHistory(np.zeros(0), np.zeros(0)))
+    other = fit.init_state({"x": jnp.zeros(6), "y": jnp.ones(())}, optimizer)
+    with pytest.raises(ValueError, match="shape"):
+        fit.load_checkpoint(tmp_path, other)
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        fit.load_checkpoint(tmp_path / "missing", state)
+
+
+def test_unknown_optimizer_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="adabelief, adam, sgd"):
+        fit.make_optimizer(fit.FitConfig(optimizer="lbfgs"))
