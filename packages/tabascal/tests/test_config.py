@@ -1,0 +1,131 @@
+import pytest
+
+from tabascal.config import ConfigError, Option, Section, describe, load_yaml, merge, validate
+
+ITEM = Section(
+    "an item",
+    {
+        "name": Option(str, "x", "its name"),
+        "size_m": Option(float, 1.0, "its size", unit="m", min=0.0),
+    },
+)
+SCHEMA = Section(
+    "test schema",
+    {
+        "seed": Option(int, 0, "random seed", min=0),
+        "observation": Section(
+            "the observation",
+            {
+                "n_time": Option(int, 10, "integrations", min=1, max=1000),
+                "int_time": Option(float, 2.0, "integration time", unit="s", min=0.01),
+                "mode": Option(str, "fast", "how", choices=("fast", "exact")),
+                "ra_deg": Option(float, None, "right ascension", unit="deg", nullable=True),
+                "flagging": Option(bool, False, "flag something"),
+            },
+        ),
+        "items": Option(list, [], "the items", items=ITEM),
+        "tags": Option(list, ["a"], "tags", items=str),
+    },
+)
+
+
+def test_defaults_fill_every_key():
+    got = validate(SCHEMA, {"observation": {"n_time": 5}})
+    assert got == {
+        "seed": 0,
+        "observation": {
+            "n_time": 5,
+            "int_time": 2.0,
+            "mode": "fast",
+            "ra_deg": None,
+            "flagging": False,
+        },
+        "items": [],
+        "tags": ["a"],
+    }
+
+
+def test_integer_is_accepted_for_a_number_and_converted():
+    got = validate(SCHEMA, {"observation": {"int_time": 3}})
+    assert got["observation"]["int_time"] == 3.0
+    assert isinstance(got["observation"]["int_time"], float)
+
+
+def test_unknown_key_names_it_and_suggests_the_closest():
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown config key 'observation.n_tme'; did you mean "
+        r"'observation.n_time'\?",
+    ):
+        validate(SCHEMA, {"observation": {"n_tme": 5}})
+    with pytest.raises(ConfigError, match=r"unknown config key 'sede'; did you mean 'seed'"):
+        validate(SCHEMA, {"sede": 1})
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"seed": "two"}, r"'seed': expected an integer, got 'two' \(str\)"),
+        ({"seed": True}, r"'seed': expected an integer, got True"),
+        ({"seed": -1}, r"'seed': -1 is out of range; allowed >= 0"),
+        (
+            {"observation": {"n_time": 2000}},
+            r"'observation.n_time': 2000 is out of range; "
+            r"allowed >= 1 and <= 1000",
+        ),
+        ({"observation": {"int_time": 0.0}}, r"allowed >= 0.01 s"),
+        (
+            {"observation": {"mode": "exakt"}},
+            r"'observation.mode': 'exakt' is not allowed; "
+            r"expected one of 'fast', 'exact'; did you mean 'exact'\?",
+        ),
+        ({"observation": {"n_time": None}}, r"'observation.n_time' may not be null"),
+        ({"observation": 3}, r"'observation' must be a section"),
+        ({"items": [{"name": "a"}, {"size_m": -2}]}, r"'items\[1\].size_m': -2.0 is out of range"),
+        (
+            {"items": [{"nme": "a"}]},
+            r"unknown config key 'items\[0\].nme'; did you mean "
+            r"'items\[0\].name'",
+        ),
+        ({"tags": ["a", 3]}, r"'tags\[1\]': expected a string"),
+        ({"tags": "a"}, r"'tags': expected a list"),
+    ],
+)
+def test_bad_values_name_the_key_and_what_is_allowed(data, message):
+    with pytest.raises(ConfigError, match=message):
+        validate(SCHEMA, data)
+
+
+def test_nullable_option_accepts_null():
+    assert validate(SCHEMA, {"observation": {"ra_deg": None}})["observation"]["ra_deg"] is None
+    assert validate(SCHEMA, {"observation": {"ra_deg": 10}})["observation"]["ra_deg"] == 10.0
+
+
+def test_merge_is_deep_for_sections_and_replaces_lists():
+    base = {"seed": 1, "observation": {"n_time": 5, "mode": "fast"}, "tags": ["a", "b"]}
+    got = merge(base, {"observation": {"n_time": 7}, "tags": ["c"]})
+    assert got == {"seed": 1, "observation": {"n_time": 7, "mode": "fast"}, "tags": ["c"]}
+    assert base["observation"]["n_time"] == 5
+
+
+def test_load_yaml_reports_missing_bad_and_non_mapping_files(tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text("seed: 3\nobservation:\n  n_time: 4\n")
+    assert validate(SCHEMA, load_yaml(good))["observation"]["n_time"] == 4
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_yaml(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("seed: [1,\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_yaml(bad)
+    listy = tmp_path / "list.yaml"
+    listy.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="must hold a mapping"):
+        load_yaml(listy)
+
+
+def test_describe_lists_every_option_with_unit_and_default():
+    lines = describe(SCHEMA)
+    assert "observation.int_time (>= 0.01 s): integration time [default 2.0]" in lines
+    assert "observation.mode (one of 'fast', 'exact'): how [default 'fast']" in lines
+    assert "items[].size_m (>= 0.0 m): its size [default 1.0]" in lines
