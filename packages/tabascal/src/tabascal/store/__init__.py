@@ -1,0 +1,64 @@
+"""The observation store: a zarr v3 group chunked along the baseline axis.
+
+Layout (format ``tabascal.observation``, version 1; n_bl baselines, n_ant antennas, n_freq
+channels, n_time integrations, n_sat satellites, n_src sky sources):
+
+=============================  ==============================  =========  ===================
+array                          shape                           dtype      unit
+=============================  ==============================  =========  ===================
+vis                            (n_bl, n_freq, n_time)          complex64  Jy
+flags                          (n_bl, n_freq, n_time)          bool       True = bad
+noise                          () or (n_bl,)                   float64    Jy, std of Re and Im
+a1, a2                         (n_bl,)                         int32      antenna index
+ant_itrf                       (n_ant, 3)                      float64    m (ITRF)
+times_s                        (n_time,)                       float64    s from the start
+freqs_hz                       (n_freq,)                       float64    Hz
+satellites/altitude_m          (n_sat,)                        float64    m
+satellites/inclination_rad,    (n_sat,)                        float64    rad
+raan_rad, arg_lat_rad
+truth/sky_vis, truth/rfi_vis   (n_bl, n_freq, n_time)          complex64  Jy
+truth/gains                    (n_ant, n_freq, n_time)         complex64  1
+truth/rfi_amp                  (n_ant, n_sat, n_freq, n_time)  float32    sqrt(Jy)
+truth/rfi_eirp_w_hz            (n_sat, n_freq, n_time)         float64    W/Hz
+truth/source_ra_rad, _dec_rad  (n_src,)                        float64    rad
+truth/source_flux_jy           (n_src, n_freq)                 float64    Jy
+=============================  ==============================  =========  ===================
+
+Group attributes: ``format``, ``format_version``, ``epoch_utc`` (ISO 8601 start),
+``gast0_rad``, ``int_time`` (s), ``chan_width`` (Hz), ``ra_rad``, ``dec_rad`` (phase centre),
+``dish_diameter_m``, ``satellite_names`` (list or null) and ``metadata`` (free JSON).
+Baseline-shaped arrays share one chunking along the baseline axis (whole channel and time axes
+in each chunk), so a process reads its own rows only. Writes go to a hidden sibling directory
+renamed into place at the end: a failed write leaves nothing under the final name.
+"""
+
+from tabascal.store.layout import (
+    FORMAT,
+    FORMAT_VERSION,
+    Observation,
+    ObservationMeta,
+    StoreError,
+    StoreInfo,
+    Truth,
+    default_chunk_rows,
+    row_blocks,
+)
+from tabascal.store.reader import read_meta, read_observation, store_info
+from tabascal.store.writer import ObservationWriter, write_observation
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "Observation",
+    "ObservationMeta",
+    "ObservationWriter",
+    "StoreError",
+    "StoreInfo",
+    "Truth",
+    "default_chunk_rows",
+    "read_meta",
+    "read_observation",
+    "row_blocks",
+    "store_info",
+    "write_observation",
+]
