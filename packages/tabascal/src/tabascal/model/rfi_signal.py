@@ -1,0 +1,195 @@
+"""RFI signal: per (antenna, source) complex amplitude on the data grid, a Fourier Gaussian process.
+
+For antenna a and source (satellite) r, with whitened complex modes z[a, r] ~ CN(0, 1),
+
+    s[a, r, f, t] = mean[a, r] + scale[a, r] sum_{k, j} w_f[k] w_t[j] z[a, r, k, j]
+                                 exp(2 pi i (k f / N_f + j t / N_t))
+
+with a separable Gaussian kernel exp(-dnu^2 / (2 bandwidth_hz^2)) exp(-dt^2 / (2
+corr_time_s^2)): spectra exp(-2 pi^2 bandwidth_hz^2 eta^2) and exp(-2 pi^2 corr_time_s^2 nu^2),
+each normalised to sum 1 over its kept modes, so E|s - mean|^2 = scale^2 in every cell. Padding
+and truncation as in ``_fourier``, the padding uncapped: wrapped correlations stay below
+``wrap_tolerance`` even for correlation times longer than the observation, for a few extra
+modes. The output is the ``amp`` input of the ri_kernels operators (complex, on the data grid);
+it is small (no baseline axis) and replicated on every device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tabascal.model import _fourier, _whitened
+
+
+@dataclass(frozen=True)
+class RfiSignalConfig:
+    """Static settings of the RFI-signal prior.
+
+    Attributes:
+      corr_time_s: correlation time of the Gaussian kernel in time (s).
+      bandwidth_hz: correlation bandwidth of the Gaussian kernel in frequency (Hz).
+      amp_sigma: prior std of |s - mean| per cell (sqrt of data units, e.g. Jy^0.5) when no
+        per-(antenna, source) scale is given.
+      cutoff: relative power (per axis) below which modes are dropped, in (0, 1).
+      wrap_tolerance: wrapped correlation allowed by the padding, in (0, 1).
+    """
+
+    corr_time_s: float = 100.0
+    bandwidth_hz: float = 1.0e6
+    amp_sigma: float = 1.0
+    cutoff: float = 1.0e-3
+    wrap_tolerance: float = 1.0e-3
+
+    def __post_init__(self):
+        for name in ("corr_time_s", "bandwidth_hz", "amp_sigma"):
+            if not getattr(self, name) > 0:
+                raise ValueError(
+                    f"RfiSignalConfig.{name} = {getattr(self, name)!r}; it must be > 0"
+                )
+        for name in ("cutoff", "wrap_tolerance"):
+            if not 0 < getattr(self, name) < 1:
+                raise ValueError(
+                    f"RfiSignalConfig.{name} = {getattr(self, name)!r}; it must lie in (0, 1)"
+                )
+
+
+class RfiSignalParams(NamedTuple):
+    """Whitened modes z: (n_ant, n_src, 2, n_kf, n_kt) real, axis 2 = (real, imaginary)."""
+
+    z: jax.Array
+
+
+class RfiSignalConstants(NamedTuple):
+    """Arrays read by ``forward``.
+
+    dft_freq: (n_freq, n_kf) complex; dft_time: (n_time, n_kt) complex;
+    weight_freq: (n_kf,) real; weight_time: (n_kt,) real; scale: (n_ant, n_src) real;
+    mean: (n_ant, n_src) complex.
+    """
+
+    dft_freq: jax.Array
+    dft_time: jax.Array
+    weight_freq: jax.Array
+    weight_time: jax.Array
+    scale: jax.Array
+    mean: jax.Array
+
+
+def make_constants(
+    config: RfiSignalConfig,
+    n_ant: int,
+    n_src: int,
+    n_freq: int,
+    n_time: int,
+    chan_width: float,
+    int_time: float,
+    *,
+    scale=None,
+    mean=0.0,
+    dtype=np.float64,
+) -> RfiSignalConstants:
+    """Constants of ``forward`` (host, float64, then cast).
+
+    chan_width: channel spacing (Hz); int_time: integration time (s).
+    scale: prior std per cell, scalar or broadcastable to (n_ant, n_src); ``config.amp_sigma``
+    when None. mean: complex, broadcastable to (n_ant, n_src).
+    dtype: real dtype, float32 or float64; complex arrays get the matching complex dtype.
+    """
+    if min(n_ant, n_src, n_freq, n_time) < 1 or not (chan_width > 0 and int_time > 0):
+        raise ValueError(
+            f"RFI signal grid: n_ant={n_ant}, n_src={n_src}, n_freq={n_freq}, n_time={n_time}, "
+            f"chan_width={chan_width}, int_time={int_time}; expected positive sizes and spacings"
+        )
+    real = np.dtype(dtype)
+    cplx = np.result_type(real, np.complex64)
+    shape = (n_ant, n_src)
+    scale = np.broadcast_to(config.amp_sigma if scale is None else scale, shape)
+    if not np.all(np.isfinite(scale) & (scale > 0)):
+        raise ValueError("RFI signal scale must be finite and > 0 for every (antenna, source)")
+    mean = np.broadcast_to(np.asarray(mean, dtype=np.complex128), shape)
+    n_f, half_f = _fourier.gaussian_lattice(
+        n_freq, chan_width, config.bandwidth_hz, config.cutoff, config.wrap_tolerance
+    )
+    n_t, half_t = _fourier.gaussian_lattice(
+        n_time, int_time, config.corr_time_s, config.cutoff, config.wrap_tolerance
+    )
+    return RfiSignalConstants(
+        dft_freq=jnp.asarray(_fourier.dft_matrix(n_freq, n_f, half_f), cplx),
+        dft_time=jnp.asarray(_fourier.dft_matrix(n_time, n_t, half_t), cplx),
+        weight_freq=jnp.asarray(
+            _fourier.gaussian_weights(n_f, chan_width, half_f, config.bandwidth_hz), real
+        ),
+        weight_time=jnp.asarray(
+            _fourier.gaussian_weights(n_t, int_time, half_t, config.corr_time_s), real
+        ),
+        scale=jnp.asarray(scale, real),
+        mean=jnp.asarray(mean, cplx),
+    )
+
+
+def init(constants: RfiSignalConstants, key: jax.Array | None = None) -> RfiSignalParams:
+    """Whitened parameters: zeros (s = mean) or, given a PRNG key, a prior draw."""
+    shape = (*constants.scale.shape, 2, *constants.weight_freq.shape, *constants.weight_time.shape)
+    return RfiSignalParams(_whitened.draw(key, shape, constants.scale.dtype))
+
+
+def _amplitude(constants: RfiSignalConstants) -> jax.Array:
+    """scale[a, r] w_f[k] w_t[j], shape (n_ant, n_src, n_kf, n_kt) real."""
+    return (
+        constants.scale[:, :, None, None]
+        * constants.weight_freq[:, None]
+        * constants.weight_time[None, :]
+    )
+
+
+def forward(params: RfiSignalParams, constants: RfiSignalConstants) -> jax.Array:
+    """RFI signal, (n_ant, n_src, n_freq, n_time) complex (formula in the module docstring)."""
+    z = _fourier.complex_from_stacked(params.z)
+    amp = _fourier.modes_to_grid(z, _amplitude(constants), constants.dft_freq, constants.dft_time)
+    return amp + constants.mean[:, :, None, None]
+
+
+def prior(params: RfiSignalParams) -> jax.Array:
+    """Negative log prior |z|^2 / 2 summed over all modes (scalar)."""
+    return _whitened.prior(params)
+
+
+def init_from_estimate(
+    constants: RfiSignalConstants,
+    amp,
+    noise,
+    flags=None,
+    *,
+    n_iter: int = 100,
+) -> RfiSignalParams:
+    """Whitened parameters whose ``forward`` best fits an estimate of the signal (MAP).
+
+    Minimises sum_unflagged |forward(z) - amp|^2 / (2 noise^2) + |z|^2 / 2 for every
+    (antenna, source) on its own by conjugate gradients (``_fourier.fit_modes``); flagged or
+    non-finite cells are left out.
+
+    amp: (n_ant, n_src, n_freq, n_time) complex estimate; noise: scalar or broadcastable to
+    (n_ant, n_src), std of its real and imaginary parts (> 0); flags: same shape as amp, bool,
+    or None; n_iter: conjugate-gradient iterations (static).
+    """
+    amp = jnp.asarray(amp)
+    use = jnp.isfinite(amp)
+    if flags is not None:
+        use = use & ~jnp.asarray(flags)
+    target = jnp.where(use, amp - constants.mean[:, :, None, None], 0)
+    noise = jnp.broadcast_to(jnp.asarray(noise, constants.scale.dtype), constants.scale.shape)
+    z = _fourier.fit_modes(
+        target.astype(constants.dft_time.dtype),
+        use.astype(constants.scale.dtype),
+        _amplitude(constants),
+        constants.dft_freq,
+        constants.dft_time,
+        (2.0 * jnp.square(noise))[:, :, None, None],
+        n_iter,
+    )
+    return RfiSignalParams(_fourier.stacked_from_complex(z))

@@ -1,0 +1,135 @@
+"""RFI-signal Fourier Gaussian process against direct numpy constructions of its prior."""
+
+import math
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from tabascal.model import rfi_signal  # noqa: E402
+
+CHAN_WIDTH = 0.5e6  # Hz
+INT_TIME = 4.0  # s
+CONFIG = rfi_signal.RfiSignalConfig(corr_time_s=20.0, bandwidth_hz=1.0e6, amp_sigma=2.0)
+
+
+def _lattice(n, delta, length):
+    """(N, J) from the documented rule, written out independently of the module."""
+    lag = length * math.sqrt(2 * math.log(1 / CONFIG.wrap_tolerance))
+    n_padded = n + max(math.ceil(lag / delta) - 1, 0)
+    j = 0
+    while (
+        j + 1 <= (n_padded - 1) // 2
+        and math.exp(-2 * (math.pi * length * (j + 1) / (n_padded * delta)) ** 2) >= CONFIG.cutoff
+    ):
+        j += 1
+    return n_padded, j
+
+
+def _weights(n_padded, delta, half, length):
+    j = np.arange(-half, half + 1)
+    power = np.exp(-2 * (np.pi * length * j / (n_padded * delta)) ** 2)
+    return j, np.sqrt(power / power.sum())
+
+
+def _draw(constants, seed):
+    shape = rfi_signal.init(constants).z.shape
+    return rfi_signal.RfiSignalParams(
+        jnp.asarray(np.random.default_rng(seed).standard_normal(shape))
+    )
+
+
+def test_forward_equals_direct_dft_sum_of_the_gaussian_spectrum():
+    n_ant, n_src, n_freq, n_time = 3, 2, 5, 24
+    scale = np.array([[1.0, 0.5], [2.0, 1.0], [0.1, 3.0]])
+    mean = np.array([[1.0, 1j], [0, -2.0], [0.5 + 0.5j, 0]])
+    constants = rfi_signal.make_constants(
+        CONFIG, n_ant, n_src, n_freq, n_time, CHAN_WIDTH, INT_TIME, scale=scale, mean=mean
+    )
+    params = _draw(constants, 0)
+    signal = np.asarray(jax.jit(rfi_signal.forward)(params, constants))
+    assert signal.shape == (n_ant, n_src, n_freq, n_time)
+
+    n_f, half_f = _lattice(n_freq, CHAN_WIDTH, CONFIG.bandwidth_hz)
+    n_t, half_t = _lattice(n_time, INT_TIME, CONFIG.corr_time_s)
+    k, w_f = _weights(n_f, CHAN_WIDTH, half_f, CONFIG.bandwidth_hz)
+    j, w_t = _weights(n_t, INT_TIME, half_t, CONFIG.corr_time_s)
+    assert params.z.shape == (n_ant, n_src, 2, k.size, j.size)
+    p = np.asarray(params.z)
+    z = (p[:, :, 0] + 1j * p[:, :, 1]) / math.sqrt(2)
+    for a in range(n_ant):
+        for r in range(n_src):
+            for f in range(n_freq):
+                for t in range(n_time):
+                    basis = np.exp(
+                        2j * np.pi * (np.outer(k * f / n_f, np.ones(j.size)) + j * t / n_t)
+                    )
+                    expected = mean[a, r] + scale[a, r] * np.sum(
+                        np.outer(w_f, w_t) * z[a, r] * basis
+                    )
+                    assert abs(signal[a, r, f, t] - expected) < 1e-12
+
+
+def test_prior_covariance_matches_draws_and_the_continuous_kernel():
+    n_ant, n_src, n_freq, n_time = 200, 100, 3, 10  # 20000 independent (antenna, source) draws
+    constants = rfi_signal.make_constants(
+        CONFIG, n_ant, n_src, n_freq, n_time, CHAN_WIDTH, INT_TIME
+    )
+    signal = np.asarray(jax.jit(rfi_signal.forward)(_draw(constants, 1), constants))
+    x = signal.reshape(n_ant * n_src, n_freq * n_time)
+    empirical = x.T @ x.conj() / x.shape[0]
+
+    df = (np.arange(n_freq)[:, None] - np.arange(n_freq)[None, :]) * CHAN_WIDTH
+    dt = (np.arange(n_time)[:, None] - np.arange(n_time)[None, :]) * INT_TIME
+    kernel = CONFIG.amp_sigma**2 * np.einsum(
+        "ab,cd->acbd",
+        np.exp(-0.5 * (df / CONFIG.bandwidth_hz) ** 2),
+        np.exp(-0.5 * (dt / CONFIG.corr_time_s) ** 2),
+    ).reshape(n_freq * n_time, -1)
+    # sampling error plus the (<~1e-3) truncation and wrap tolerances
+    tolerance = 6 * CONFIG.amp_sigma**2 / math.sqrt(x.shape[0])
+    assert np.max(np.abs(empirical - kernel)) < tolerance
+    np.testing.assert_allclose(np.diag(empirical).real, CONFIG.amp_sigma**2, rtol=0.05)
+    assert np.max(np.abs(x.T @ x / x.shape[0])) < tolerance, "the prior must be circular"
+
+
+def test_round_trip_through_latent_space_and_prior():
+    constants = rfi_signal.make_constants(CONFIG, 2, 3, 4, 30, CHAN_WIDTH, INT_TIME, mean=0.5)
+    params = _draw(constants, 2)
+    truth = jax.jit(rfi_signal.forward)(params, constants)
+    encode = jax.jit(rfi_signal.init_from_estimate, static_argnames="n_iter")
+    fitted = encode(constants, truth, 1e-4, n_iter=100)
+    recovered = jax.jit(rfi_signal.forward)(fitted, constants)
+    np.testing.assert_allclose(np.asarray(recovered), np.asarray(truth), atol=1e-3)
+    np.testing.assert_allclose(
+        float(rfi_signal.prior(params)), 0.5 * np.sum(np.asarray(params.z) ** 2), rtol=1e-12
+    )
+
+
+def test_single_precision_follows_the_constants():
+    args = (CONFIG, 2, 2, 4, 16, CHAN_WIDTH, INT_TIME)
+    c32 = rfi_signal.make_constants(*args, dtype=np.float32)
+    c64 = rfi_signal.make_constants(*args)
+    params = _draw(c64, 3)
+    out32 = jax.jit(rfi_signal.forward)(
+        rfi_signal.RfiSignalParams(params.z.astype(np.float32)), c32
+    )
+    assert out32.dtype == jnp.complex64 and rfi_signal.init(c32).z.dtype == jnp.float32
+    np.testing.assert_allclose(
+        np.asarray(out32), np.asarray(jax.jit(rfi_signal.forward)(params, c64)), atol=2e-5
+    )
+
+
+@pytest.mark.parametrize("field", ["corr_time_s", "bandwidth_hz", "amp_sigma"])
+def test_non_positive_config_value_names_the_field(field):
+    with pytest.raises(ValueError, match=field):
+        rfi_signal.RfiSignalConfig(**{field: 0.0})
+
+
+def test_non_positive_scale_is_refused():
+    with pytest.raises(ValueError, match="scale"):
+        rfi_signal.make_constants(CONFIG, 2, 1, 4, 8, CHAN_WIDTH, INT_TIME, scale=[[1.0], [0.0]])
