@@ -41,8 +41,11 @@ def _f64(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
-def _rotated_xy(xyz: np.ndarray, angle: np.ndarray) -> np.ndarray:
-    """Rotate ``xyz`` (..., 3) about z by ``angle`` (broadcast against ``xyz[..., 0]``)."""
+def rotate_z(xyz: np.ndarray, angle) -> np.ndarray:
+    """Rotate ``xyz`` (..., 3) about z by ``angle`` rad (broadcast against ``xyz[..., 0]``).
+
+    ITRF to inertial at time t is ``rotate_z(x, gast(t, gast0_rad))``.
+    """
     c, s = np.cos(angle), np.sin(angle)
     x, y, z = xyz[..., 0], xyz[..., 1], xyz[..., 2]
     return np.stack([c * x - s * y, s * x + c * y, np.broadcast_to(z, (c * x).shape)], axis=-1)
@@ -61,10 +64,10 @@ def antenna_inertial(ant_itrf, times_s, gast0_rad: float, n_deriv: int = 0) -> n
     """
     ant = _f64(ant_itrf)[:, None, :]
     theta = gast(times_s, gast0_rad)[None, :]
-    out = [_rotated_xy(ant, theta)]
+    out = [rotate_z(ant, theta)]
     flat = ant * np.array([1.0, 1.0, 0.0])
     for k in range(1, n_deriv + 1):
-        out.append(OMEGA_EARTH**k * _rotated_xy(flat, theta + k * np.pi / 2))
+        out.append(OMEGA_EARTH**k * rotate_z(flat, theta + k * np.pi / 2))
     return np.stack(out)
 
 
@@ -155,7 +158,7 @@ def satellite_inertial(orbits: CircularOrbits, times_s, n_deriv: int = 0) -> np.
         scale = orbits.radius_m[:, None] * n**k
         c, s = scale * np.cos(u + k * np.pi / 2), scale * np.sin(u + k * np.pi / 2)
         in_plane = np.stack([c, s * ci, s * si], axis=-1)
-        out.append(_rotated_xy(in_plane, raan))
+        out.append(rotate_z(in_plane, raan))
     return np.stack(out)
 
 
@@ -243,8 +246,8 @@ def satellite_elevation(ant_itrf, orbits: CircularOrbits, times_s, gast0_rad) ->
     """
     centre = _f64(ant_itrf).mean(axis=0)
     theta = gast(times_s, gast0_rad)
-    up = _rotated_xy(geodetic_up(centre)[None, :], theta[:, None])[:, 0]  # (t, 3)
-    rel = satellite_positions(orbits, times_s) - _rotated_xy(centre[None, :], theta[:, None])[:, 0]
+    up = rotate_z(geodetic_up(centre)[None, :], theta[:, None])[:, 0]  # (t, 3)
+    rel = satellite_positions(orbits, times_s) - rotate_z(centre[None, :], theta[:, None])[:, 0]
     rel /= np.linalg.norm(rel, axis=-1, keepdims=True)
     return np.arcsin(np.clip(np.sum(rel * up, axis=-1), -1.0, 1.0))
 

@@ -1,0 +1,237 @@
+"""The simulator's configuration schema and its named presets.
+
+A preset is a partial configuration: the schema's defaults fill the rest, and a user's YAML file
+and ``--seed`` override it (:func:`simulation_config`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tabascal.config import ConfigError, Option, Section, merge, validate
+
+# Circular-orbit shells: altitude (m), inclination (deg). GNSS values are the constellations'
+# nominal ones; "leo" is a Starlink-like shell and "leo-polar" a sun-synchronous one.
+ORBIT_KINDS = {
+    "gps": (20_180e3, 55.0),
+    "galileo": (23_222e3, 56.0),
+    "glonass": (19_130e3, 64.8),
+    "beidou": (21_528e3, 55.0),
+    "leo": (550e3, 53.0),
+    "leo-polar": (800e3, 98.6),
+}
+
+ORBIT = Section(
+    "one satellite's circular orbit, elements at the start of the observation",
+    {
+        "name": Option(str, "SAT", "name shown by inspect"),
+        "altitude_m": Option(float, 20_180e3, "altitude above the equatorial radius", "m", 1e5),
+        "inclination_deg": Option(float, 55.0, "orbital inclination", "deg", 0.0, 180.0),
+        "raan_deg": Option(float, 0.0, "right ascension of the ascending node", "deg"),
+        "arg_lat_deg": Option(float, 0.0, "argument of latitude at the start", "deg"),
+        "eirp_dbw_hz": Option(float, -40.0, "EIRP spectral density towards the array", "dB(W/Hz)"),
+    },
+)
+
+SOURCE = Section(
+    "one point source",
+    {
+        "ra_deg": Option(float, 0.0, "right ascension", "deg"),
+        "dec_deg": Option(float, 0.0, "declination", "deg", -90.0, 90.0),
+        "flux_jy": Option(float, 1.0, "flux density at sky.ref_freq_hz", "Jy", 0.0),
+        "spectral_index": Option(float, -0.7, "S proportional to f^index"),
+    },
+)
+
+SCHEMA = Section(
+    "simulation of a satellite-contaminated observation",
+    {
+        "seed": Option(int, 0, "seed of every random draw", min=0),
+        "array": Section(
+            "the stations",
+            {
+                "layout": Option(str, "ska-low", "station layout", choices=("ska-low", "file")),
+                "n_stations": Option(int, 16, "stations of the generated layout", min=2),
+                "max_radius_m": Option(float, 37_500.0, "radius of the spiral arms", "m", 100.0),
+                "file": Option(str, None, "layout file when layout is 'file'", nullable=True),
+                "file_frame": Option(str, "enu", "frame of the file", choices=("enu", "itrf")),
+                "site_lat_deg": Option(float, -26.82472, "reference latitude", "deg", -90, 90),
+                "site_lon_deg": Option(float, 116.76444, "reference longitude", "deg", -180, 360),
+                "site_height_m": Option(float, 377.8, "reference height (WGS84)", "m"),
+                "dish_diameter_m": Option(float, 38.0, "station diameter (Airy beam)", "m", 1.0),
+            },
+        ),
+        "observation": Section(
+            "time and frequency grid, pointing and noise",
+            {
+                "start_utc": Option(str, "2024-06-21T10:00:00", "start time, ISO 8601 UTC"),
+                "n_time": Option(int, 60, "integrations", min=1),
+                "int_time_s": Option(float, 2.0, "integration time", "s", 0.01, 3600.0),
+                "n_freq": Option(int, 4, "channels", min=1),
+                "freq_start_hz": Option(float, 150e6, "centre of the first channel", "Hz", 1e6),
+                "chan_width_hz": Option(float, 100e3, "channel width and spacing", "Hz", 1.0),
+                "ra_deg": Option(
+                    float,
+                    None,
+                    "phase centre; null: zenith at mid-observation",
+                    "deg",
+                    nullable=True,
+                ),
+                "dec_deg": Option(
+                    float,
+                    None,
+                    "phase centre; null: zenith at mid-observation",
+                    "deg",
+                    -90.0,
+                    90.0,
+                    nullable=True,
+                ),
+                "sefd_jy": Option(float, 2500.0, "system equivalent flux density", "Jy", 0.0),
+                "sefd_spread": Option(
+                    float,
+                    0.0,
+                    "fractional station-to-station SEFD spread (> 0 gives a per-baseline noise)",
+                    min=0.0,
+                    max=0.5,
+                ),
+                "flag_fraction": Option(
+                    float, 0.0, "fraction of cells flagged at random", min=0.0, max=1.0
+                ),
+            },
+        ),
+        "sky": Section(
+            "point sources through the Airy beam",
+            {
+                "n_sources": Option(int, 10, "random sources in the field", min=0),
+                "flux_min_jy": Option(float, 1.0, "faintest random source", "Jy", 0.0),
+                "flux_max_jy": Option(float, 30.0, "brightest random source", "Jy", 0.0),
+                "flux_slope": Option(float, 1.5, "N(>S) proportional to S^-slope", min=0.1),
+                "spectral_index": Option(float, -0.7, "mean spectral index"),
+                "spectral_index_spread": Option(float, 0.2, "its standard deviation", min=0.0),
+                "field_radius_deg": Option(
+                    float,
+                    None,
+                    "random sources within this radius; "
+                    "null: the beam's first null at the lowest channel",
+                    "deg",
+                    0.0,
+                    90.0,
+                    nullable=True,
+                ),
+                "ref_freq_hz": Option(float, 150e6, "reference frequency of fluxes", "Hz", 1e6),
+                "sources": Option(
+                    list, [], "explicit sources, added to the random ones", items=SOURCE
+                ),
+            },
+        ),
+        "satellites": Section(
+            "transmitters on circular orbits, above the horizon throughout",
+            {
+                "count": Option(int, 2, "random visible satellites", min=0),
+                "kinds": Option(
+                    list, ["gps"], "orbit kinds, used in turn: " + ", ".join(ORBIT_KINDS), items=str
+                ),
+                "min_elevation_deg": Option(
+                    float, 20.0, "lowest elevation of random ones", "deg", 0.0, 89.0
+                ),
+                "min_separation_deg": Option(
+                    float,
+                    15.0,
+                    "closest approach of random ones to the phase centre",
+                    "deg",
+                    0.0,
+                    90.0,
+                ),
+                "eirp_dbw_hz": Option(
+                    float, -40.0, "mean EIRP spectral density of random ones", "dB(W/Hz)"
+                ),
+                "eirp_spread_db": Option(float, 3.0, "its standard deviation", "dB", 0.0),
+                "spectral_index": Option(float, 0.0, "EIRP proportional to f^index"),
+                "variation": Option(
+                    float, 0.1, "fractional amplitude of slow EIRP variations", min=0.0, max=0.9
+                ),
+                "variation_period_s": Option(
+                    float, 300.0, "shortest period of the variations", "s", 1.0
+                ),
+                "orbits": Option(
+                    list, [], "explicit satellites, added to the random ones", items=ORBIT
+                ),
+            },
+        ),
+        "gains": Section(
+            "smooth complex antenna gains",
+            {
+                "enabled": Option(bool, True, "false: unit gains"),
+                "amp_std": Option(float, 0.05, "fractional amplitude spread", min=0.0, max=0.5),
+                "phase_std_deg": Option(float, 10.0, "phase spread", "deg", 0.0, 180.0),
+                "drift_period_s": Option(float, 1800.0, "shortest period of the drifts", "s", 1.0),
+                "ref_ant": Option(int, 0, "antenna whose phase is zero", min=0),
+            },
+        ),
+        "simulation": Section(
+            "numerical settings",
+            {
+                "chunk_rows": Option(
+                    int, None, "baselines per store chunk; null: ~16 MiB", min=1, nullable=True
+                ),
+                "memory_mb": Option(
+                    float,
+                    1024.0,
+                    "working-memory budget; larger cubes go through a scratch store on disk",
+                    "MB",
+                    0.001,
+                ),
+            },
+        ),
+    },
+)
+
+PRESETS: dict[str, dict] = {
+    # 16 stations within ~1.5 km, two GNSS satellites, 4 x 100 kHz, 60 x 2 s: seconds on a CPU.
+    "demo": {
+        "seed": 1,
+        "array": {"n_stations": 16, "max_radius_m": 1500.0},
+        "observation": {"n_time": 60, "int_time_s": 2.0, "n_freq": 4, "chan_width_hz": 100e3},
+        "sky": {"n_sources": 12, "flux_min_jy": 2.0, "flux_max_jy": 50.0},
+        "satellites": {"count": 2, "kinds": ["gps", "galileo"], "eirp_dbw_hz": -40.0},
+    },
+    # Benchmark sizes: GNSS satellites keep the RFI fringe winding per cell in the range the
+    # model's hybrid operator is built for.
+    "bench-96": {
+        "seed": 96,
+        "array": {"n_stations": 96},
+        "observation": {"n_time": 90, "int_time_s": 10.0, "n_freq": 1, "chan_width_hz": 10e3},
+        "sky": {"n_sources": 50},
+        "satellites": {"count": 32, "kinds": ["gps", "galileo", "glonass", "beidou"]},
+    },
+    "bench-512": {
+        "seed": 512,
+        "array": {"n_stations": 512},
+        "observation": {"n_time": 150, "int_time_s": 4.0, "n_freq": 8, "chan_width_hz": 10e3},
+        "sky": {"n_sources": 50},
+        "satellites": {"count": 32, "kinds": ["gps", "galileo", "glonass", "beidou"]},
+    },
+}
+
+
+def simulation_config(
+    preset: str | None = None, overrides: Mapping | None = None, seed: int | None = None
+) -> dict:
+    """A validated configuration: schema defaults, then ``preset``, ``overrides``, ``seed``."""
+    if preset is not None and preset not in PRESETS:
+        raise ConfigError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    config = merge(PRESETS.get(preset, {}), overrides)
+    if seed is not None:
+        config["seed"] = seed
+    config = validate(SCHEMA, config)
+    for i, kind in enumerate(config["satellites"]["kinds"]):
+        if kind not in ORBIT_KINDS:
+            raise ConfigError(
+                f"config key 'satellites.kinds[{i}]': {kind!r} is not an orbit kind; "
+                f"expected one of {', '.join(ORBIT_KINDS)}"
+            )
+    if config["array"]["layout"] == "file" and not config["array"]["file"]:
+        raise ConfigError("config key 'array.file' must name a layout file when layout is 'file'")
+    if config["sky"]["flux_max_jy"] < config["sky"]["flux_min_jy"]:
+        raise ConfigError("config key 'sky.flux_max_jy' must be at least sky.flux_min_jy")
+    return config

@@ -1,0 +1,241 @@
+"""The simulation driver: scene -> cell-averaged sky and RFI -> gains, noise, flags -> store.
+
+Two passes keep memory bounded. Pass 1 walks blocks of integrations and computes the sky and
+RFI visibilities of every baseline into a scratch cube (in memory when it fits the budget, else
+a zarr store chunked along baselines and time, next to the output). Pass 2 walks blocks of
+baseline rows, applies gains, adds noise and flags, and streams them to the
+:class:`~tabascal.store.ObservationWriter`.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import zarr
+from tqdm import tqdm
+
+from tabascal import geometry as geo
+from tabascal.simulate.averaging import (
+    FineSampling,
+    cells_vis,
+    fine_times,
+    gauss_legendre,
+    rfi_sampling,
+    sky_offsets,
+    sky_sampling,
+)
+from tabascal.simulate.beam import beam_x, interpolate_voltage, voltage_table
+from tabascal.simulate.scene import JY, STREAM_FLAGS, Scene, build_scene
+from tabascal.store import ObservationWriter, default_chunk_rows, row_blocks
+
+log = logging.getLogger(__name__)
+STREAM_VIS_NOISE = 6
+
+
+@dataclass(frozen=True)
+class SimulationPlan:
+    """Sizes and costs of a simulation, known before it runs."""
+
+    n_ant: int
+    n_bl: int
+    n_freq: int
+    n_time: int
+    n_sat: int
+    n_src: int
+    rfi: FineSampling
+    sky: FineSampling
+    chunk_rows: int
+    cells_per_block: int
+    scratch_on_disk: bool
+    store_bytes: int
+    gram_flops: float
+
+
+def plan(scene: Scene, memory_mb: float, chunk_rows: int | None = None) -> SimulationPlan:
+    """The fine sampling, blocking and cost of simulating ``scene``."""
+    m = scene.meta
+    rfi, sky = rfi_sampling(m), sky_sampling(m, scene.sky)
+    n_src = scene.sky.ra_rad.size
+    budget = memory_mb * 2**20
+    # host arrays per integration: 3 float64 per (antenna, emitter, fine time), twice over
+    per_cell = 48 * m.n_ant * (m.n_sat * rfi.n_time + n_src * sky.n_time)
+    cube = m.n_bl * m.n_freq * m.n_time * 8
+    samples = m.n_sat * rfi.n_time * rfi.n_freq + n_src * sky.n_time * sky.n_freq
+    return SimulationPlan(
+        n_ant=m.n_ant,
+        n_bl=m.n_bl,
+        n_freq=m.n_freq,
+        n_time=m.n_time,
+        n_sat=m.n_sat,
+        n_src=n_src,
+        rfi=rfi,
+        sky=sky,
+        chunk_rows=chunk_rows or default_chunk_rows(m.n_freq, m.n_time),
+        cells_per_block=int(np.clip(budget // 4 // max(per_cell, 1), 1, m.n_time)),
+        scratch_on_disk=2 * cube > budget / 2,
+        store_bytes=4 * cube + cube // 8 + 8 * m.n_bl,
+        gram_flops=8.0 * m.n_ant**2 * samples * m.n_freq * m.n_time,
+    )
+
+
+def _rfi_inputs(scene: Scene, times: np.ndarray):
+    """amp0 (without beam and spectrum), delay (us), sin of the beam angle at ``times`` (n_cell,
+    n_t): each (n_cell, n_ant, n_sat, n_t) float64."""
+    m = scene.meta
+    flat = times.reshape(-1)
+    args = (m.gast0_rad, m.ra_rad, m.dec_rad)
+    tau = geo.rfi_delays(m.ant_itrf, m.orbits, flat, *args, n_deriv=0)[..., 0]
+    range_m, sin_off = geo.satellite_sightlines(m.ant_itrf, m.orbits, flat, *args)
+    eirp = scene.rfi.eirp_w_hz[:, None] * scene.rfi.time_factor(flat)  # (s, t)
+    amp0 = np.sqrt(eirp[None] / (4 * np.pi * range_m**2) / JY)
+    shape = (m.n_ant, m.n_sat, *times.shape)
+    return tuple(np.moveaxis(a.reshape(shape), 2, 0) for a in (amp0, tau, sin_off))
+
+
+def _sky_inputs(scene: Scene, times: np.ndarray):
+    """The same for the sky sources (amplitude sqrt(flux) at the reference frequency)."""
+    m, sky = scene.meta, scene.sky
+    args = (m.gast0_rad, m.ra_rad, m.dec_rad, sky.ra_rad, sky.dec_rad)
+    tau = geo.sky_delays(m.ant_itrf, times.reshape(-1), *args)
+    shape = (m.n_ant, sky.ra_rad.size, *times.shape)
+    tau = np.moveaxis(tau.reshape(shape), 2, 0)
+    amp0 = np.broadcast_to(np.sqrt(sky.flux_ref_jy)[None, None, :, None], tau.shape)
+    sin_off = np.broadcast_to(sky_offsets(m, sky)[None, None, :, None], tau.shape)
+    return amp0, tau, sin_off
+
+
+def rfi_amplitudes(scene: Scene, table) -> np.ndarray:
+    """Truth RFI amplitude at cell centres: (n_ant, n_sat, n_freq, n_time) float64 sqrt(Jy)."""
+    m = scene.meta
+    amp0, _, sin_off = (a[..., 0] for a in _rfi_inputs(scene, m.times_s[:, None]))  # (t, a, s)
+    spec = np.sqrt(scene.rfi.spectral_factor(m.freqs_hz))  # (s, f)
+    x = beam_x(m.dish_diameter_m, m.freqs_hz[:, None, None, None], sin_off[None])
+    amp = amp0[None] * interpolate_voltage(table, x) * spec.T[:, None, None, :]  # (f, t, a, s)
+    return amp.transpose(2, 3, 0, 1)
+
+
+def _pass_one(scene: Scene, layout: SimulationPlan, scratch: dict, table, progress: bool):
+    m = scene.meta
+    kinds = {
+        "rfi": (layout.rfi, _rfi_inputs, scene.rfi.spectral_index, scene.rfi.ref_freq_hz),
+        "sky": (layout.sky, _sky_inputs, scene.sky.spectral_index, scene.sky.ref_freq_hz),
+    }
+    nodes = {
+        name: (gauss_legendre(s.n_time), gauss_legendre(s.n_freq))
+        for name, (s, *_) in kinds.items()
+    }
+    with tqdm(total=m.n_time, desc="sky and RFI", unit="integration", disable=not progress) as bar:
+        for cells in row_blocks(m.n_time, layout.cells_per_block):
+            for name, (_, inputs, index, ref_hz) in kinds.items():
+                (t_nodes, t_w), (f_nodes, f_w) = nodes[name]
+                if index.size == 0:
+                    scratch[name][:, :, cells] = 0
+                    continue
+                nu_mhz = (m.freqs_hz[:, None] + f_nodes[None, :] * m.chan_width / 2) * 1e-6
+                amp0, tau, sin_off = inputs(scene, fine_times(m, cells, t_nodes))
+                vis = cells_vis(
+                    amp0,
+                    tau,
+                    sin_off,
+                    index,
+                    nu_mhz,
+                    f_w,
+                    t_w,
+                    table,
+                    ref_hz,
+                    m.dish_diameter_m,
+                    m.a1,
+                    m.a2,
+                )
+                scratch[name][:, :, cells] = vis.transpose(2, 1, 0).astype(np.complex64)
+            bar.update(cells.stop - cells.start)
+
+
+def _pass_two(scene: Scene, layout: SimulationPlan, scratch: dict, writer, progress: bool):
+    m, g = scene.meta, scene.gains
+    per_baseline = np.ndim(scene.noise) == 1
+    with tqdm(total=m.n_bl, desc="writing", unit="baseline", disable=not progress) as bar:
+        for k, rows in enumerate(row_blocks(m.n_bl, layout.chunk_rows)):
+            sky, rfi = scratch["sky"][rows], scratch["rfi"][rows]
+            a1, a2 = m.a1[rows], m.a2[rows]
+            sigma = scene.noise[rows] if per_baseline else scene.noise
+            sigma = np.reshape(sigma, (-1, 1, 1)) if per_baseline else sigma
+            rng = np.random.default_rng([scene.seed, STREAM_VIS_NOISE, k])
+            noise = rng.normal(size=(2, *sky.shape)) * sigma
+            vis = g[a1] * (sky + rfi) * np.conj(g[a2]) + (noise[0] + 1j * noise[1])
+            flag_rng = np.random.default_rng([scene.seed, STREAM_FLAGS, k])
+            flags = flag_rng.uniform(size=sky.shape) < scene.flag_fraction
+            writer.write_rows(
+                rows.start,
+                vis=vis,
+                flags=flags,
+                noise=scene.noise[rows] if per_baseline else None,
+                sky_vis=sky,
+                rfi_vis=rfi,
+            )
+            bar.update(rows.stop - rows.start)
+
+
+def _scratch(layout: SimulationPlan, m, where: Path):
+    shape = (m.n_bl, m.n_freq, m.n_time)
+    if not layout.scratch_on_disk:
+        return {name: np.zeros(shape, np.complex64) for name in ("sky", "rfi")}
+    group = zarr.open_group(where, mode="w-")
+    chunks = (layout.chunk_rows, m.n_freq, layout.cells_per_block)
+    return {
+        n: group.create_array(n, shape=shape, chunks=chunks, dtype=np.complex64)
+        for n in ("sky", "rfi")
+    }
+
+
+def simulate(config: dict, output, *, overwrite: bool = False, progress: bool = False):
+    """Simulate the validated ``config`` into a new store at ``output``.
+
+    Returns (Scene, SimulationPlan). Refuses an existing ``output`` unless ``overwrite``.
+    """
+    output = Path(output)
+    if output.exists() and not overwrite:
+        raise FileExistsError(f"{output} already exists; pass overwrite to replace it")
+    scene = build_scene(config)
+    sim = config["simulation"]
+    layout = plan(scene, sim["memory_mb"], sim["chunk_rows"])
+    m = scene.meta
+    log.info(
+        "simulating %d baselines x %d channels x %d integrations, fine sampling: RFI %s, sky %s",
+        m.n_bl,
+        m.n_freq,
+        m.n_time,
+        layout.rfi,
+        layout.sky,
+    )
+    table = voltage_table(beam_x(m.dish_diameter_m, m.freqs_hz.max() + m.chan_width, 1.0))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{output.name}.scratch-", dir=output.parent))
+    try:
+        scratch = _scratch(layout, m, work / "scratch.zarr")
+        _pass_one(scene, layout, scratch, table, progress)
+        with ObservationWriter(
+            output,
+            m,
+            noise=None if np.ndim(scene.noise) else scene.noise,
+            truth=True,
+            overwrite=overwrite,
+            chunk_rows=layout.chunk_rows,
+        ) as writer:
+            _pass_two(scene, layout, scratch, writer, progress)
+            writer.write_truth(
+                gains=scene.gains,
+                rfi_amp=rfi_amplitudes(scene, table),
+                rfi_eirp_w_hz=scene.rfi.eirp(m.freqs_hz, m.times_s),
+                source_ra_rad=scene.sky.ra_rad,
+                source_dec_rad=scene.sky.dec_rad,
+                source_flux_jy=scene.sky.flux(m.freqs_hz),
+            )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return scene, layout
