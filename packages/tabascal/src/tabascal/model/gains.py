@@ -66,7 +66,9 @@ class GainsConfig:
                 raise ValueError(
                     f"GainsConfig.{name} = {getattr(self, name)!r}; it must lie in (0, 1)"
                 )
-        if not (isinstance(self.ref_ant, int) and self.ref_ant >= 0):
+        if isinstance(self.ref_ant, bool) or not (
+            isinstance(self.ref_ant, int | np.integer) and self.ref_ant >= 0
+        ):
             raise ValueError(f"GainsConfig.ref_ant = {self.ref_ant!r}; expected an integer >= 0")
 
 

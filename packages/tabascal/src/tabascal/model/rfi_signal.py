@@ -181,7 +181,7 @@ def init_from_estimate(
     use = jnp.isfinite(amp)
     if flags is not None:
         use = use & ~jnp.asarray(flags)
-    target = jnp.where(use, amp - constants.mean[:, :, None, None], 0)
+    target = jnp.where(use, amp, 0) - constants.mean[:, :, None, None]
     noise = jnp.broadcast_to(jnp.asarray(noise, constants.scale.dtype), constants.scale.shape)
     z = _fourier.fit_modes(
         target.astype(constants.dft_time.dtype),

@@ -265,7 +265,7 @@ def init_from_data(
     use = jnp.isfinite(vis)
     if flags is not None:
         use = use & ~jnp.asarray(flags)
-    target = jnp.where(use, vis - constants.mean[:, None, None], 0)
+    target = jnp.where(use, vis, 0) - constants.mean[:, None, None]
     noise = jnp.broadcast_to(jnp.asarray(noise, constants.scale.dtype), constants.scale.shape)
     z = _fourier.fit_modes(
         target.astype(constants.dft_time.dtype),
