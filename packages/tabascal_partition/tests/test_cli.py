@@ -1,0 +1,32 @@
+import subprocess
+import sys
+
+
+def run(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "tabascal_partition", *args], capture_output=True, text=True
+    )
+
+
+def test_command_prints_blocks_padding_ghosts_and_widths():
+    result = run("--n-ant", "40", "--devices", "4", "--reuse", "--groups", "3")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "40 antennas, 780 baselines" in out
+    assert "block size B = 195" in out
+    assert "width 24" in out and "lower bound 24" in out  # ceil(3 * 40 / 5)
+    assert "ghost" in out
+    assert out.count("\n") >= 12  # three group lines among the rest
+
+
+def test_command_without_reuse_reports_contiguous_widths():
+    result = run("--n-ant", "16", "--devices", "3")
+    assert result.returncode == 0, result.stderr
+    assert "the widest device's rows touch 16 real antennas" in result.stdout
+
+
+def test_help_and_bad_arguments():
+    assert "--reuse" in run("-h").stdout
+    result = run("--devices", "0")
+    assert result.returncode == 2
+    assert "must be at least 1" in result.stderr
