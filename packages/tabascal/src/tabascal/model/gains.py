@@ -50,7 +50,7 @@ class GainsConfig:
     kind: str = "gp"
     corr_time_s: float = 1800.0
     amp_sigma: float = 0.05
-    phase_sigma: float = 0.1
+    phase_sigma: float = 0.2
     ref_ant: int = 0
     cutoff: float = 1.0e-3
     wrap_tolerance: float = 1.0e-3

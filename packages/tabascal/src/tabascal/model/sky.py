@@ -50,7 +50,9 @@ class SkyConfig:
     """Static settings of the sky prior.
 
     Attributes:
-      bandwidth_hz: correlation bandwidth of the Gaussian kernel in frequency (Hz).
+      bandwidth_hz: correlation bandwidth of the Gaussian kernel in frequency (Hz). A sky
+        field of radius theta seen on a baseline of length |b| decorrelates over about
+        c / (2 pi |b| theta): 190 kHz for 1.5 km and 10 degrees, the default's scale.
       knee_factor: time knee as a multiple of the baseline's maximum sky fringe rate.
       rolloff: std of the Gaussian roll-off beyond the knee, as a fraction of the knee.
       cutoff: relative power (per axis) below which modes are dropped, in (0, 1).
@@ -59,7 +61,7 @@ class SkyConfig:
         scale is given.
     """
 
-    bandwidth_hz: float = 1.0e6
+    bandwidth_hz: float = 2.0e5
     knee_factor: float = 1.0
     rolloff: float = 0.25
     cutoff: float = 1.0e-3
