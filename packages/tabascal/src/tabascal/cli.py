@@ -43,6 +43,111 @@ def _add_demo(subparsers) -> None:
     parser.set_defaults(func=_demo)
 
 
+def _simulate(args: argparse.Namespace) -> int:
+    import time
+
+    from tabascal.config import ConfigError, describe, dump_yaml, load_yaml
+    from tabascal.simulate import (
+        SCHEMA,
+        SimulationError,
+        build_scene,
+        plan,
+        simulate,
+        simulation_config,
+    )
+
+    try:
+        overrides = load_yaml(args.config) if args.config else None
+        config = simulation_config(args.preset, overrides, args.seed)
+        if args.print_config:
+            print(dump_yaml(config), end="")
+            return 0
+        if args.list_keys:
+            print("\n".join(describe(SCHEMA)))
+            return 0
+        if args.output is None:
+            raise ConfigError("an output store is required: -o OUTPUT.zarr")
+        if args.dry_run:
+            scene = build_scene(config)
+            layout = plan(
+                scene, config["simulation"]["memory_mb"], config["simulation"]["chunk_rows"]
+            )
+            for line in _plan_lines(layout):
+                print(line)
+            return 0
+        start = time.perf_counter()
+        _, layout = simulate(config, args.output, overwrite=args.overwrite, progress=not args.quiet)
+    except (ConfigError, SimulationError, FileExistsError) as err:
+        print(f"tabascal simulate: error: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.output} in {time.perf_counter() - start:.1f} s")
+    for line in _plan_lines(layout):
+        print(line)
+    print(f"see: tabascal inspect {args.output}")
+    return 0
+
+
+def _plan_lines(layout) -> list[str]:
+    return [
+        f"  {layout.n_ant} stations, {layout.n_bl} baselines, {layout.n_freq} channels, "
+        f"{layout.n_time} integrations, {layout.n_sat} satellites, {layout.n_src} sources",
+        f"  fine samples per cell: RFI {layout.rfi.n_time} x {layout.rfi.n_freq}, "
+        f"sky {layout.sky.n_time} x {layout.sky.n_freq} (time x frequency)",
+        f"  store {layout.store_bytes / 1e9:.3g} GB in chunks of {layout.chunk_rows} baselines; "
+        f"scratch {'on disk' if layout.scratch_on_disk else 'in memory'}, "
+        f"{layout.cells_per_block} integrations per block; Gram work {layout.gram_flops:.3g} flop",
+    ]
+
+
+def _add_simulate(subparsers) -> None:
+    from tabascal.simulate import PRESETS
+
+    parser = subparsers.add_parser(
+        "simulate",
+        help="simulate a satellite-contaminated observation into a store",
+        description="Simulate a point-source sky, satellites on circular orbits, gains and noise "
+        "into a zarr observation store. A preset names a configuration; a YAML file (-c) "
+        "overrides any of its keys (see --list-keys).",
+    )
+    parser.add_argument("--preset", choices=sorted(PRESETS), help="named configuration")
+    parser.add_argument("-c", "--config", help="YAML file of keys overriding the preset")
+    parser.add_argument("-o", "--output", help="store to create (a directory, e.g. obs.zarr)")
+    parser.add_argument("--seed", type=int, help="seed of every random draw (overrides config)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print sizes and cost, write nothing"
+    )
+    parser.add_argument(
+        "--print-config", action="store_true", help="print the full configuration as YAML"
+    )
+    parser.add_argument("--list-keys", action="store_true", help="list every configuration key")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    parser.set_defaults(func=_simulate)
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from tabascal.store import StoreError, summarize, summary_lines
+
+    try:
+        summary = summarize(args.store)
+    except StoreError as err:
+        print(f"tabascal inspect: error: {err}", file=sys.stderr)
+        return 2
+    print("\n".join(summary_lines(summary)))
+    return 0
+
+
+def _add_inspect(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "inspect",
+        help="summarise an observation store",
+        description="Print a store's sizes, noise, sky and RFI levels, flagged fraction and "
+        "satellites with their elevation range.",
+    )
+    parser.add_argument("store", help="path of the observation store")
+    parser.set_defaults(func=_inspect)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tabascal",
@@ -50,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_demo(subparsers)
+    _add_simulate(subparsers)
+    _add_inspect(subparsers)
     return parser
 
 

@@ -44,6 +44,7 @@ from tabascal.store.layout import (
     row_blocks,
 )
 from tabascal.store.reader import read_meta, read_observation, store_info
+from tabascal.store.summary import ObservationSummary, summarize, summary_lines
 from tabascal.store.writer import ObservationWriter, write_observation
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "FORMAT_VERSION",
     "Observation",
     "ObservationMeta",
+    "ObservationSummary",
     "ObservationWriter",
     "StoreError",
     "StoreInfo",
@@ -60,5 +62,7 @@ __all__ = [
     "read_observation",
     "row_blocks",
     "store_info",
+    "summarize",
+    "summary_lines",
     "write_observation",
 ]

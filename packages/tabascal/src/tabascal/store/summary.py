@@ -1,0 +1,150 @@
+"""A store's summary: sizes, noise, signal levels, flags and satellites (``tabascal inspect``).
+
+Levels are accumulated over blocks of baseline rows, so a store of any size is summarised in
+bounded memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tabascal import geometry as geo
+from tabascal.store.layout import row_blocks
+from tabascal.store.reader import read_meta, read_observation, store_info
+
+
+@dataclass(frozen=True)
+class SatelliteSummary:
+    name: str
+    altitude_km: float
+    inclination_deg: float
+    elevation_min_deg: float
+    elevation_max_deg: float
+    eirp_dbw_hz: float | None  # mean over the grid, from the truth when present
+
+
+@dataclass(frozen=True)
+class ObservationSummary:
+    """RMS levels are over unflagged cells, in Jy; ``None`` where the store has no truth."""
+
+    path: str
+    n_ant: int
+    n_bl: int
+    n_freq: int
+    n_time: int
+    chunk_rows: int
+    dish_diameter_m: float
+    longest_baseline_m: float
+    freq_min_hz: float
+    freq_max_hz: float
+    chan_width: float
+    int_time: float
+    epoch_utc: str
+    ra_deg: float
+    dec_deg: float
+    noise_min: float
+    noise_max: float
+    flagged_fraction: float
+    data_rms: float
+    sky_rms: float | None
+    rfi_rms: float | None
+    satellites: tuple[SatelliteSummary, ...]
+
+
+def summarize(path, block_rows: int | None = None) -> ObservationSummary:
+    """Summarise the store at ``path``, reading it in blocks of ``block_rows`` baselines."""
+    info, meta = store_info(path), read_meta(path)
+    sums = {"data": 0.0, "sky": 0.0, "rfi": 0.0}
+    n_good = n_flagged = 0
+    noise_min, noise_max = np.inf, -np.inf
+    eirp = None
+    for rows in row_blocks(info.n_bl, block_rows or info.chunk_rows):
+        block = read_observation(path, rows)
+        good = ~block.flags
+        n_good += int(good.sum())
+        n_flagged += int(block.flags.sum())
+        noise_min = min(noise_min, float(np.min(block.noise)))
+        noise_max = max(noise_max, float(np.max(block.noise)))
+        sums["data"] += float(np.sum(np.abs(block.vis[good]) ** 2))
+        if block.truth is not None:
+            sums["sky"] += float(np.sum(np.abs(block.truth.sky_vis[good]) ** 2))
+            sums["rfi"] += float(np.sum(np.abs(block.truth.rfi_vis[good]) ** 2))
+            eirp = block.truth.rfi_eirp_w_hz
+    rms = {k: float(np.sqrt(v / max(n_good, 1))) for k, v in sums.items()}
+    el = np.rad2deg(
+        geo.satellite_elevation(meta.ant_itrf, meta.orbits, meta.times_s, meta.gast0_rad)
+    )
+    o = meta.orbits
+    satellites = tuple(
+        SatelliteSummary(
+            name=o.label(s),
+            altitude_km=float(o.altitude_m[s] / 1e3),
+            inclination_deg=float(np.rad2deg(o.inclination_rad[s])),
+            elevation_min_deg=float(el[s].min()) if el.size else float("nan"),
+            elevation_max_deg=float(el[s].max()) if el.size else float("nan"),
+            eirp_dbw_hz=None if eirp is None else float(10 * np.log10(eirp[s].mean())),
+        )
+        for s in range(o.n_sat)
+    )
+    baselines = meta.ant_itrf[meta.a1] - meta.ant_itrf[meta.a2]
+    return ObservationSummary(
+        path=str(path),
+        n_ant=info.n_ant,
+        n_bl=info.n_bl,
+        n_freq=info.n_freq,
+        n_time=info.n_time,
+        chunk_rows=info.chunk_rows,
+        dish_diameter_m=meta.dish_diameter_m,
+        longest_baseline_m=float(np.linalg.norm(baselines, axis=1).max(initial=0.0)),
+        freq_min_hz=float(meta.freqs_hz.min()),
+        freq_max_hz=float(meta.freqs_hz.max()),
+        chan_width=meta.chan_width,
+        int_time=meta.int_time,
+        epoch_utc=meta.epoch_utc,
+        ra_deg=float(np.rad2deg(meta.ra_rad)),
+        dec_deg=float(np.rad2deg(meta.dec_rad)),
+        noise_min=noise_min,
+        noise_max=noise_max,
+        flagged_fraction=n_flagged / max(n_good + n_flagged, 1),
+        data_rms=rms["data"],
+        sky_rms=rms["sky"] if info.has_truth else None,
+        rfi_rms=rms["rfi"] if info.has_truth else None,
+        satellites=satellites,
+    )
+
+
+def summary_lines(s: ObservationSummary) -> list[str]:
+    """The summary as text lines, for ``tabascal inspect``."""
+    noise = (
+        f"{s.noise_min:.4g} Jy"
+        if s.noise_min == s.noise_max
+        else (f"{s.noise_min:.4g} to {s.noise_max:.4g} Jy (per baseline)")
+    )
+
+    def level(rms):
+        return f"{rms:10.4g} Jy  ({rms / s.noise_max:.3g} x noise)"
+
+    lines = [
+        f"{s.path}",
+        f"  stations      {s.n_ant} of {s.dish_diameter_m:g} m; {s.n_bl} baselines, longest "
+        f"{s.longest_baseline_m / 1e3:.3g} km; {s.chunk_rows} baselines per chunk",
+        f"  channels      {s.n_freq} x {s.chan_width / 1e3:g} kHz, centres "
+        f"{s.freq_min_hz / 1e6:.6g} to {s.freq_max_hz / 1e6:.6g} MHz",
+        f"  integrations  {s.n_time} x {s.int_time:g} s from {s.epoch_utc}",
+        f"  phase centre  RA {s.ra_deg:.4f} deg, Dec {s.dec_deg:.4f} deg",
+        f"  noise         {noise} per real and imaginary part",
+        f"  flagged       {100 * s.flagged_fraction:.2f} %",
+        f"  data rms  {level(s.data_rms)}",
+    ]
+    if s.sky_rms is not None:
+        lines += [f"  sky rms   {level(s.sky_rms)}", f"  RFI rms   {level(s.rfi_rms)}"]
+    lines.append(f"  satellites    {len(s.satellites)}")
+    for sat in s.satellites:
+        eirp = "" if sat.eirp_dbw_hz is None else f", EIRP {sat.eirp_dbw_hz:.1f} dB(W/Hz)"
+        lines.append(
+            f"    {sat.name:<14} {sat.altitude_km:8.0f} km, incl {sat.inclination_deg:5.1f} deg, "
+            f"elevation {sat.elevation_min_deg:5.1f} to {sat.elevation_max_deg:5.1f} deg{eirp}"
+        )
+    return lines
