@@ -25,6 +25,7 @@ SCHEMA = Section(
         ),
         "items": Option(list, [], "the items", items=ITEM),
         "tags": Option(list, ["a"], "tags", items=str),
+        "colours": Option(list, ["red"], "colours", items=str, choices=("red", "green")),
     },
 )
 
@@ -42,6 +43,7 @@ def test_defaults_fill_every_key():
         },
         "items": [],
         "tags": ["a"],
+        "colours": ["red"],
     }
 
 
@@ -89,6 +91,11 @@ def test_unknown_key_names_it_and_suggests_the_closest():
         ),
         ({"tags": ["a", 3]}, r"'tags\[1\]': expected a string"),
         ({"tags": "a"}, r"'tags': expected a list"),
+        (
+            {"colours": ["red", "gren"]},
+            r"'colours\[1\]': 'gren' is not allowed; expected one of "
+            r"'red', 'green'; did you mean 'green'\?",
+        ),
     ],
 )
 def test_bad_values_name_the_key_and_what_is_allowed(data, message):
@@ -126,6 +133,10 @@ def test_load_yaml_reports_missing_bad_and_non_mapping_files(tmp_path):
 
 def test_describe_lists_every_option_with_unit_and_default():
     lines = describe(SCHEMA)
-    assert "observation.int_time (>= 0.01 s): integration time [default 2.0]" in lines
-    assert "observation.mode (one of 'fast', 'exact'): how [default 'fast']" in lines
-    assert "items[].size_m (>= 0.0 m): its size [default 1.0]" in lines
+    assert "observation.int_time (float, s; >= 0.01): integration time [default 2.0]" in lines
+    assert "observation.mode (str; one of 'fast', 'exact'): how [default 'fast']" in lines
+    assert "observation.ra_deg (float, deg; or null): right ascension [default None]" in lines
+    assert "observation.flagging (bool): flag something [default False]" in lines
+    assert "items (list of sections): the items [default []]" in lines
+    assert "items[].size_m (float, m; >= 0.0): its size [default 1.0]" in lines
+    assert "tags (list of str): tags [default ['a']]" in lines

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from tabascal import geometry as geo
+from tabascal.config import ConfigError
 from tabascal.simulate import (
     SimulationError,
     build_scene,
@@ -238,3 +239,32 @@ def test_bench_presets_plan_their_sizes_and_stream(preset, n_ant, n_freq, n_time
     if preset == "bench-512":
         assert layout.scratch_on_disk and layout.store_bytes > 4e9
         assert layout.cells_per_block < n_time
+
+
+@pytest.mark.parametrize(
+    ("preset", "overrides", "message"),
+    [
+        ("dmo", None, r"unknown preset 'dmo'; choose one of demo, bench-96, bench-512"),
+        ("demo", {"sky": {"flux_max_jy": 0.5}}, r"'sky.flux_max_jy' must be at least"),
+        ("demo", {"array": {"layout": "file"}}, r"'array.file' must name a layout file"),
+        ("demo", {"satellites": {"kinds": ["glonas"]}}, r"did you mean 'glonass'\?"),
+        ("demo", {"observation": {"int_time_s": -1}}, r"'observation.int_time_s': -1.0 is out"),
+        ("demo", {"gains": {"ref_antt": 1}}, r"did you mean 'gains.ref_ant'\?"),
+    ],
+)
+def test_bad_simulation_configs_name_the_key(preset, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        simulation_config(preset, overrides)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"observation": {"start_utc": "yesterday"}}, r"start_utc='yesterday' is not an ISO"),
+        ({"observation": {"ra_deg": 10.0}}, r"ra_deg and dec_deg must both be given"),
+        ({"gains": {"ref_ant": 16}}, r"gains.ref_ant=16 but there are 16 antennas"),
+    ],
+)
+def test_scenes_the_simulator_cannot_build_are_refused(overrides, message):
+    with pytest.raises(SimulationError, match=message):
+        build_scene(simulation_config("demo", overrides))

@@ -30,7 +30,8 @@ class Option:
 
     type: bool, int, float, str or list (ints are accepted for floats). items: for lists, the
     element type or a :class:`Section` each element must fit. min, max: inclusive bounds on
-    numbers. choices: the allowed values. nullable: whether ``None`` (YAML ``null``) is allowed.
+    numbers. choices: the allowed values (of each element, for lists). nullable: whether
+    ``None`` (YAML ``null``) is allowed.
     """
 
     type: type
@@ -83,18 +84,23 @@ def _check_type(value, kind, key: str):
     )
 
 
+def _check_choice(option: Option, value, key: str) -> None:
+    if value not in option.choices:
+        close = difflib.get_close_matches(str(value), [str(c) for c in option.choices], n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(
+            f"config key '{key}': {value!r} is not allowed; expected {_allowed(option)}{hint}"
+        )
+
+
 def _validate_option(option: Option, value, key: str):
     if value is None:
         if option.nullable:
             return None
         raise ConfigError(f"config key '{key}' may not be null; expected {_allowed(option)}")
     value = _check_type(value, option.type, key)
-    if option.choices is not None and value not in option.choices:
-        close = difflib.get_close_matches(str(value), [str(c) for c in option.choices], n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(
-            f"config key '{key}': {value!r} is not allowed; expected {_allowed(option)}{hint}"
-        )
+    if option.choices is not None and option.type is not list:
+        _check_choice(option, value, key)
     too_low = option.min is not None and value < option.min
     if option.type in (int, float) and (too_low or (option.max is not None and value > option.max)):
         raise ConfigError(
@@ -108,6 +114,8 @@ def _validate_option(option: Option, value, key: str):
                 items.append(validate(option.items, item, where))
             else:
                 items.append(_check_type(item, option.items, where))
+                if option.choices is not None:
+                    _check_choice(option, item, where)
         value = items
     return value
 
@@ -166,21 +174,39 @@ def load_yaml(path: str | Path) -> dict:
     return dict(data)
 
 
+_KIND_NAMES = {bool: "bool", int: "int", float: "float", str: "str", list: "list"}
+
+
+def _describe_option(key: str, option: Option) -> str:
+    kind = _KIND_NAMES[option.type]
+    if option.type is list and option.items in _KIND_NAMES:
+        kind = f"list of {_KIND_NAMES[option.items]}"
+    parts = [kind + (f", {option.unit}" if option.unit else "")]
+    if option.choices is not None:
+        parts.append("one of " + ", ".join(repr(c) for c in option.choices))
+    if option.min is not None:
+        parts.append(f">= {option.min}")
+    if option.max is not None:
+        parts.append(f"<= {option.max}")
+    if option.nullable:
+        parts.append("or null")
+    return f"{key} ({'; '.join(parts)}): {option.doc} [default {option.default!r}]"
+
+
 def describe(schema: Section, path: str = "") -> list[str]:
-    """One line per option: ``key (type, unit; allowed): doc [default]``, sections as headings."""
+    """One line per option, ``key (type, unit; allowed): doc [default]``; sections as headings
+    and the keys of list items as ``key[].name``."""
     lines = []
     for name, entry in schema.options.items():
         key = _key(path, name)
         if isinstance(entry, Section):
             lines.append(f"{key}: {entry.doc}")
             lines.extend(describe(entry, key))
+        elif entry.type is list and isinstance(entry.items, Section):
+            lines.append(f"{key} (list of sections): {entry.doc} [default {entry.default!r}]")
+            lines.extend(describe(entry.items, f"{key}[]"))
         else:
-            allowed = _allowed(entry) if entry.type in (int, float, str) else ""
-            if entry.type is list and isinstance(entry.items, Section):
-                lines.append(f"{key} (list of sections): {entry.doc} [default {entry.default!r}]")
-                lines.extend(describe(entry.items, f"{key}[]"))
-                continue
-            lines.append(f"{key} ({allowed}): {entry.doc} [default {entry.default!r}]")
+            lines.append(_describe_option(key, entry))
     return lines
 
 

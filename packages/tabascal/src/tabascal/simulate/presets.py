@@ -129,7 +129,11 @@ SCHEMA = Section(
             {
                 "count": Option(int, 2, "random visible satellites", min=0),
                 "kinds": Option(
-                    list, ["gps"], "orbit kinds, used in turn: " + ", ".join(ORBIT_KINDS), items=str
+                    list,
+                    ["gps"],
+                    "orbit kinds of random ones, used in turn",
+                    items=str,
+                    choices=tuple(ORBIT_KINDS),
                 ),
                 "min_elevation_deg": Option(
                     float, 20.0, "lowest elevation of random ones", "deg", 0.0, 89.0
@@ -224,12 +228,6 @@ def simulation_config(
     if seed is not None:
         config["seed"] = seed
     config = validate(SCHEMA, config)
-    for i, kind in enumerate(config["satellites"]["kinds"]):
-        if kind not in ORBIT_KINDS:
-            raise ConfigError(
-                f"config key 'satellites.kinds[{i}]': {kind!r} is not an orbit kind; "
-                f"expected one of {', '.join(ORBIT_KINDS)}"
-            )
     if config["array"]["layout"] == "file" and not config["array"]["file"]:
         raise ConfigError("config key 'array.file' must name a layout file when layout is 'file'")
     if config["sky"]["flux_max_jy"] < config["sky"]["flux_min_jy"]:
