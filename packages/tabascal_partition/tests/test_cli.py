@@ -30,3 +30,14 @@ def test_help_and_bad_arguments():
     result = run("--devices", "0")
     assert result.returncode == 2
     assert "must be at least 1" in result.stderr
+
+
+def test_width_table_lists_every_device_count_from_2_to_16():
+    result = run("--n-ant", "30", "--width-table")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "complete graph on 30 antennas (435 baselines)"
+    rows = [line.split() for line in lines[2:]]
+    assert [int(row[0]) for row in rows] == list(range(2, 17))
+    # width >= lower bound on every line
+    assert all(int(row[1]) >= int(row[3]) for row in rows)

@@ -30,9 +30,17 @@ def main(argv: list[str] | None = None) -> int:
         "--autocorrelations", action="store_true", help="include each antenna's autocorrelation"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the antenna layout")
+    parser.add_argument(
+        "--width-table",
+        action="store_true",
+        help="print the reuse plan's width against its lower bound for 2..16 devices and exit",
+    )
     args = parser.parse_args(argv)
     if args.n_ant < 1 or args.devices < 1 or args.groups < 1:
         parser.error("--n-ant, --devices and --groups must be at least 1")
+    if args.width_table:
+        print_width_table(args.n_ant)
+        return 0
 
     a1, a2, groups = demo_baselines(args.n_ant, args.groups, args.seed, args.autocorrelations)
     print(
@@ -47,6 +55,19 @@ def main(argv: list[str] | None = None) -> int:
     plan = plan_shards(a1, a2, args.n_ant, args.devices, groups, reuse=reuse)
     print(plan.summary())
     return 0
+
+
+def print_width_table(n_ant: int) -> None:
+    """Widths of the reuse plan on the complete graph of n_ant antennas, 2..16 devices."""
+    a1, a2, _ = demo_baselines(n_ant)
+    print(f"complete graph on {n_ant} antennas ({a1.size} baselines)")
+    print("devices  width  width/n  lower bound  bound/n  contiguous  design")
+    for n_dev in range(2, 17):
+        plan = antenna_reuse_plan(a1, a2, n_ant, n_dev)
+        print(
+            f"{n_dev:7d} {plan.width:6d} {plan.width / n_ant:8.4f} {plan.lower_bound:12d} "
+            f"{plan.lower_bound / n_ant:8.4f} {plan.contiguous_width:11d}  {plan.design}"
+        )
 
 
 if __name__ == "__main__":

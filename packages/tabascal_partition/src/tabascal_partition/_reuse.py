@@ -16,7 +16,7 @@ import numpy as np
 from tabascal_partition._balance import balance_buckets
 from tabascal_partition._bounds import width_lower_bound
 from tabascal_partition._designs import Design, designs_for, part_sizes
-from tabascal_partition._ownership import ownership, read_only
+from tabascal_partition._ownership import ownership, read_only, stable_order
 from tabascal_partition._validate import check_baselines, check_count, check_groups
 
 
@@ -225,7 +225,7 @@ def _widths(device, a1, a2, n_ant, n_dev) -> np.ndarray:
 
 
 def _pack(device, a1, a2, n_ant, n_dev, quota, design_name, contiguous_width) -> ReusePlan:
-    order = np.argsort(device, kind="stable")
+    order = stable_order(device, n_dev)
     inverse = np.empty_like(order)
     inverse[order] = np.arange(order.shape[0])
     packed_device = device[order]

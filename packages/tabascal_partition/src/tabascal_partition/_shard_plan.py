@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tabascal_partition._ghosts import ghost_pairs, ghosts_needed
-from tabascal_partition._ownership import ownership, read_only
+from tabascal_partition._ownership import ownership, read_only, stable_order
 from tabascal_partition._reuse import ReusePlan, check_reuse_matches
 from tabascal_partition._validate import check_baselines, check_count, check_groups
 
@@ -182,7 +182,7 @@ def plan_shards(a1, a2, n_ant, n_dev, groups=None, *, reuse: ReusePlan | None = 
     # on a device even across groups.
     first_ghost_pair = np.cumsum(padding, axis=1) - padding
 
-    by_group = np.argsort(group_index, kind="stable")
+    by_group = stable_order(group_index, n_groups)
     group_starts = np.searchsorted(group_index[by_group], np.arange(n_groups + 1))
     plans = []
     for g in range(n_groups):
