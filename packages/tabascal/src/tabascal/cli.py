@@ -77,7 +77,14 @@ def _simulate(args: argparse.Namespace) -> int:
             return 0
         start = time.perf_counter()
         _, layout = simulate(config, args.output, overwrite=args.overwrite, progress=not args.quiet)
-    except (ConfigError, SimulationError, FileExistsError) as err:
+    except FileExistsError:
+        print(
+            f"tabascal simulate: error: {args.output} already exists; add --overwrite to "
+            "replace it",
+            file=sys.stderr,
+        )
+        return 2
+    except (ConfigError, SimulationError) as err:
         print(f"tabascal simulate: error: {err}", file=sys.stderr)
         return 2
     print(f"wrote {args.output} in {time.perf_counter() - start:.1f} s")

@@ -110,13 +110,15 @@ def _sky_inputs(scene: Scene, times: np.ndarray):
 
 
 def rfi_amplitudes(scene: Scene, table) -> np.ndarray:
-    """Truth RFI amplitude at cell centres: (n_ant, n_sat, n_freq, n_time) float64 sqrt(Jy)."""
+    """Truth RFI amplitude at cell centres: (n_ant, n_sat, n_freq, n_time) float32 sqrt(Jy)."""
     m = scene.meta
     amp0, _, sin_off = (a[..., 0] for a in _rfi_inputs(scene, m.times_s[:, None]))  # (t, a, s)
     spec = np.sqrt(scene.rfi.spectral_factor(m.freqs_hz))  # (s, f)
-    x = beam_x(m.dish_diameter_m, m.freqs_hz[:, None, None, None], sin_off[None])
-    amp = amp0[None] * interpolate_voltage(table, x) * spec.T[:, None, None, :]  # (f, t, a, s)
-    return amp.transpose(2, 3, 0, 1)
+    out = np.empty((m.n_ant, m.n_sat, m.n_freq, m.n_time), dtype=np.float32)
+    for f, freq in enumerate(m.freqs_hz):  # one channel at a time: bounded memory
+        beam = interpolate_voltage(table, beam_x(m.dish_diameter_m, freq, sin_off))
+        out[:, :, f, :] = (amp0 * beam * spec[:, f]).transpose(1, 2, 0)
+    return out
 
 
 def _pass_one(scene: Scene, layout: SimulationPlan, scratch: dict, table, progress: bool):
