@@ -43,7 +43,7 @@ def _git_commit() -> str:
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "packages/tabascal_partition", "benchmarks"],
+            ["git", "status", "--porcelain", "--", "packages/tabascal_partition", __file__],
             cwd=root,
             capture_output=True,
             text=True,
@@ -121,6 +121,7 @@ def main() -> None:
             "machine": platform.machine(),
             "processor": platform.processor(),
             "cpu_count": os.cpu_count(),
+            "load_average_1min": round(os.getloadavg()[0], 2),
             "system": platform.platform(),
         },
         "python": platform.python_version(),
