@@ -131,5 +131,10 @@ def check_groups(groups, n_bl: int, caller: str) -> tuple[np.ndarray, np.ndarray
             f"{caller}: groups has {groups.shape[0]} labels but there are {n_bl} baseline rows; "
             "pass one group label per row (or groups=None for a single group)"
         )
-    labels, index = np.unique(groups.astype(np.int64), return_inverse=True)
+    groups = groups.astype(np.int64)
+    if n_bl and 0 <= groups.min() and groups.max() < 1 << 16:
+        # Small non-negative labels (the usual case): a lookup table instead of a sort.
+        present = np.bincount(groups) > 0
+        return np.flatnonzero(present), (np.cumsum(present) - 1)[groups]
+    labels, index = np.unique(groups, return_inverse=True)
     return labels, index.astype(np.int64).reshape(n_bl)
