@@ -60,11 +60,11 @@ def test_inspect_prints_sizes_levels_flags_and_satellites(small_store, capsys):
 
 def test_existing_output_needs_overwrite(small_store, capsys):
     where, out = small_store
-    args = ["simulate", "-c", str(where / "sim.yaml"), "-o", str(out), "-q"]
+    args = ["simulate", "--preset", "demo", "-c", str(where / "sim.yaml"), "-o", str(out), "-q"]
     assert main(args) == 2
     assert "already exists" in capsys.readouterr().err
     before = out.stat().st_ino
-    assert main([*args, "--seed", "7", "--overwrite"]) == 0
+    assert main([*args, "--seed", "7", "--overwrite"]) == 0  # the fixture's run: compiled
     assert out.stat().st_ino != before  # a new store was renamed into place
     assert read_observation(out).n_bl == 15
 
