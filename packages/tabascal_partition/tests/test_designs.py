@@ -1,9 +1,10 @@
 import itertools
 from fractions import Fraction
 
+import numpy as np
 import pytest
 
-from tabascal_partition import designs_for
+from tabascal_partition import antenna_reuse_plan, designs_for
 from tabascal_partition._designs import cyclic_design, difference_cover, hub_design, pairs_design
 
 
@@ -34,3 +35,16 @@ def test_constructions_have_their_textbook_widths():
     assert cyclic_design(7).width_fraction == Fraction(3, 7)
     assert cyclic_design(13).width_fraction == Fraction(4, 13)
     assert "Fano" in cyclic_design(7).name
+
+
+@pytest.mark.parametrize("n_dev", [5, 8, 9])
+def test_searched_designs_beat_the_cyclic_cover_and_balance_on_512_antennas(n_dev):
+    searched = [d for d in designs_for(n_dev) if d.name.startswith("searched")]
+    assert len(searched) == 1
+    assert searched[0].width_fraction < cyclic_design(n_dev).width_fraction
+    a1, a2 = np.triu_indices(512, 1)
+    plan = antenna_reuse_plan(a1, a2, 512, n_dev)
+    assert plan.design == searched[0].name
+    # Balanced within the design: no wider than its shares allow, rounded per part.
+    n_parts = len(searched[0].holders)
+    assert plan.width <= searched[0].width_fraction * 512 + n_parts

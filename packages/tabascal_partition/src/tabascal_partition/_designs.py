@@ -18,9 +18,10 @@ Constructions (widths for the complete graph on n antennas):
   Width |S| n / k. A perfect difference set gives a projective plane: {0, 1} mod 3,
   {0, 1, 3} mod 7 (the Fano plane, 3n/7) and {0, 1, 3, 9} mod 13 (4n/13). This works for any
   k and is the general method.
-- ``searched``: irregular designs for 5, 8, 9 and 16 devices, found offline by simulated
-  annealing over holder sets with a linear program for the weights, each checked to balance
-  (tools/search_designs.py). They beat the cyclic cover for those device counts.
+- ``searched``: irregular designs for 5, 8 and 9 devices (widths 5n/9, 25n/57, 7n/17), found
+  offline by simulated annealing over holder sets with a linear program for the weights, each
+  checked to balance (tools/search_designs.py). They beat the cyclic cover (3n/5, n/2, 4n/9)
+  for those device counts; for 14 and 16 devices the same search found nothing better.
 """
 
 import itertools
@@ -123,7 +124,7 @@ def _searched(n_dev: int, table: tuple[tuple[str, int], ...], denominator: int) 
     return Design(f"searched ({len(holders)} parts)", n_dev, holders, weights)
 
 
-# Filled from tools/search_designs.py: n_dev -> ((holder bits, weight numerator), ...), denominator.
+# From tools/search_designs.py: n_dev -> ((holder bits, weight numerator), ...), denominator.
 _SEARCHED: dict[int, tuple[tuple[tuple[str, int], ...], int]] = {
     5: ((("11010", 2), ("01011", 2), ("01100", 1), ("00110", 1), ("10101", 3)), 9),
     8: (

@@ -19,6 +19,9 @@ from tabascal_partition._designs import Design, designs_for, part_sizes
 from tabascal_partition._ownership import ownership, read_only, stable_order
 from tabascal_partition._validate import check_baselines, check_count, check_groups
 
+# Designs (and part sizes) tried at most; on large graphs the first one nearly always balances.
+_MAX_TRIES = 48
+
 
 @dataclass(frozen=True)
 class ReusePlan:
@@ -130,11 +133,7 @@ def antenna_reuse_plan(a1, a2, n_ant, n_dev, groups=None) -> ReusePlan:
             best_device, best_width, best_name = device, width, design.name
         if fits:
             break
-    return _pack(best_device, a1, a2, n_ant, n_dev, quota, best_name, contiguous_width)
-
-
-# Designs (and part sizes) tried at most; on large graphs the first one nearly always balances.
-_MAX_TRIES = 48
+    return _pack(best_device, a1, a2, n_ant, n_dev, best_name, contiguous_width)
 
 
 def _size_candidates(design: Design, sizes: np.ndarray) -> list:
@@ -224,7 +223,7 @@ def _widths(device, a1, a2, n_ant, n_dev) -> np.ndarray:
     return _used(device, a1, a2, n_ant, n_dev).sum(axis=1)
 
 
-def _pack(device, a1, a2, n_ant, n_dev, quota, design_name, contiguous_width) -> ReusePlan:
+def _pack(device, a1, a2, n_ant, n_dev, design_name, contiguous_width) -> ReusePlan:
     order = stable_order(device, n_dev)
     inverse = np.empty_like(order)
     inverse[order] = np.arange(order.shape[0])

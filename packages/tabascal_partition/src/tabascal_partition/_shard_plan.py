@@ -191,12 +191,13 @@ def plan_shards(a1, a2, n_ant, n_dev, groups=None, *, reuse: ReusePlan | None = 
             _group_plan(
                 int(labels[g]),
                 rows,
-                device[rows],
-                (dev_a1, dev_a2),
-                counts[:, g],
-                first_ghost_pair[:, g],
-                blocks.start,
-                (n_real_ant, n_ghost, block_size),
+                row_device=device[rows],
+                endpoints=(dev_a1[rows], dev_a2[rows]),
+                n_real=counts[:, g],
+                first_ghost_pair=first_ghost_pair[:, g],
+                start=blocks.start,
+                spare_row=block_size,
+                ghosts=(n_real_ant, n_ghost),
             )
         )
     return ShardPlan(
@@ -215,23 +216,31 @@ def plan_shards(a1, a2, n_ant, n_dev, groups=None, *, reuse: ReusePlan | None = 
     )
 
 
-def _group_plan(label, rows, row_device, dev_pairs, n_real, first_ghost_pair, start, sizes):
-    """One group's (n_dev, padded) arrays; rows are this group's rows in increasing order."""
-    n_real_ant, n_ghost, block_size = sizes
+def _group_plan(
+    label, rows, *, row_device, endpoints, n_real, first_ghost_pair, start, spare_row, ghosts
+) -> GroupPlan:
+    """One group's (n_dev, padded) arrays.
+
+    Args:
+        rows: (m,) the group's rows, increasing (so ``row_device`` is sorted too).
+        row_device, endpoints: (m,) each row's device and its (a1, a2) in device numbering.
+        n_real, first_ghost_pair, start: (n_dev,) real rows per device, number of its first
+            ghost pair, first row it owns.
+        spare_row: B; ghosts: (real antenna slots, ghost count).
+    """
     n_dev = n_real.shape[0]
     padded = int(n_real.max(initial=0))
     slot = np.arange(rows.shape[0]) - np.searchsorted(row_device, row_device)
     out_rows = np.full((n_dev, padded), -1, np.int64)
-    positions = np.full((n_dev, padded), block_size, np.int32)
+    positions = np.full((n_dev, padded), spare_row, np.int32)
     a1 = np.empty((n_dev, padded), np.int32)
     a2 = np.empty((n_dev, padded), np.int32)
     out_rows[row_device, slot] = rows
     positions[row_device, slot] = rows - start[row_device]
-    a1[row_device, slot] = dev_pairs[0][rows]
-    a2[row_device, slot] = dev_pairs[1][rows]
+    a1[row_device, slot], a2[row_device, slot] = endpoints
     pad_device, pad_slot = np.nonzero(np.arange(padded) >= n_real[:, None])
     number = first_ghost_pair[pad_device] + pad_slot - n_real[pad_device]
-    a1[pad_device, pad_slot], a2[pad_device, pad_slot] = ghost_pairs(n_real_ant, n_ghost, number)
+    a1[pad_device, pad_slot], a2[pad_device, pad_slot] = ghost_pairs(*ghosts, number)
     return GroupPlan(
         label=label,
         padded=padded,
