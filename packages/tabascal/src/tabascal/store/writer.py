@@ -57,7 +57,8 @@ class ObservationWriter:
         self.noise = noise
         self.truth = truth
         self.overwrite = overwrite
-        self.chunk_rows = chunk_rows or default_chunk_rows(meta.n_freq, meta.n_time)
+        chunk_rows = chunk_rows or default_chunk_rows(meta.n_freq, meta.n_time)
+        self.chunk_rows = max(1, min(chunk_rows, meta.n_bl))
         self._tmp: Path | None = None
 
     def __enter__(self) -> ObservationWriter:
