@@ -1,0 +1,120 @@
+"""Table builders: fine-sample offsets, Lagrange stencils and monomial coefficient tables.
+
+The operators treat these tables as data: any linear interpolant with stencils that lie inside
+their axis and contain their own cell may be passed instead.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+from numpy.polynomial import polynomial
+
+MAX_COEFFICIENTS = 9
+
+
+def _count(name: str, value, low: int, high: int | None = None) -> int:
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer; got {value!r}") from None
+    if value < low or (high is not None and value > high):
+        upper = f", <= {high}" if high is not None else ""
+        raise ValueError(f"{name} must be >= {low}{upper}; got {value}")
+    return value
+
+
+def fine_offsets(width: float, n_int: int, dtype=np.float64) -> np.ndarray:
+    """Midpoint-rule fine-sample offsets from a cell centre.
+
+    Args:
+        width: cell width: channel width in MHz (giving ``dnu_mhz``) or integration time in s
+            (giving ``dt``).
+        n_int: number of fine samples per cell, >= 1.
+
+    Returns:
+        (n_int,) offsets ``width * ((i + 1/2) / n_int - 1/2)``, in the units of ``width``.
+    """
+    n_int = _count("fine_offsets: n_int", n_int, 1)
+    if not np.isfinite(width) or width <= 0:
+        raise ValueError(f"fine_offsets: width must be positive and finite; got {width!r}")
+    return (width * ((np.arange(n_int) + 0.5) / n_int - 0.5)).astype(dtype)
+
+
+def stencil_starts(n_cells: int, n_stencil: int) -> np.ndarray:
+    """(n_cells,) int32 first cell of each stencil: centred, shifted inwards at the edges.
+
+    ``start[c] = clip(c - (n_stencil - 1) // 2, 0, n_cells - n_stencil)``, so that
+    ``0 <= start[c] <= c < start[c] + n_stencil <= n_cells``. Odd ``n_stencil`` centres the
+    stencil on its cell away from the edges.
+    """
+    n_cells = _count("stencil_starts: n_cells", n_cells, 1)
+    n_stencil = _count("stencil_starts: n_stencil", n_stencil, 1, n_cells)
+    cells = np.arange(n_cells)
+    return np.clip(cells - (n_stencil - 1) // 2, 0, n_cells - n_stencil).astype(np.int32)
+
+
+def _basis_roots(n_cells: int, n_stencil: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stencil starts and node positions relative to each cell, in cell widths."""
+    start = stencil_starts(n_cells, n_stencil)
+    nodes = start[:, None] + np.arange(n_stencil)[None, :] - np.arange(n_cells)[:, None]
+    return start, nodes.astype(np.float64)
+
+
+def lagrange_stencils(
+    n_cells: int, offsets, n_stencil: int, dtype=np.float64
+) -> tuple[np.ndarray, np.ndarray]:
+    """Lagrange interpolation weights from cell centres to fine samples (quadrature operator).
+
+    Args:
+        n_cells: cells on the axis (``n_freq`` or ``n_time``).
+        offsets: (n_int,) fine-sample positions relative to the cell centre in cell widths,
+            normally in [-1/2, 1/2] (``dnu_mhz / chan_width_mhz`` or ``dt / int_time``).
+        n_stencil: points per stencil, 1 <= n_stencil <= n_cells (polynomial degree
+            n_stencil - 1; odd values centre the stencil).
+
+    Returns:
+        ``(weights, start)``: (n_cells, n_stencil, n_int) weights of the value at cell
+        ``start[c] + l`` for fine sample ``v`` of cell ``c``, and the (n_cells,) int32 starts.
+    """
+    offsets = np.asarray(offsets, np.float64)
+    if offsets.ndim != 1 or offsets.size == 0 or not np.all(np.isfinite(offsets)):
+        raise ValueError(
+            f"lagrange_stencils: offsets must be a non-empty finite 1-D array; "
+            f"got shape {offsets.shape}"
+        )
+    start, nodes = _basis_roots(n_cells, n_stencil)
+    weights = np.ones((n_cells, n_stencil, offsets.size))
+    for l in range(n_stencil):
+        for m in range(n_stencil):
+            if m != l:
+                numerator = offsets[None, :] - nodes[:, m, None]
+                weights[:, l, :] *= numerator / (nodes[:, l] - nodes[:, m])[:, None]
+    return weights.astype(dtype), start
+
+
+def monomial_stencils(n_cells: int, n_coef: int, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
+    """Lagrange stencils as monomial coefficients in x = 2 tau / int_time (analytic operator).
+
+    The amplitude of cell ``t`` at ``x`` in [-1, 1] is
+    ``sum_l sum_m g[t, l, m] x**m amp[start[t] + l]``: the same interpolant as
+    ``lagrange_stencils(n_cells, x / 2, n_coef)``.
+
+    Args:
+        n_cells: time cells, ``n_time``.
+        n_coef: points per stencil and polynomial coefficients, 1..9 and <= n_cells.
+
+    Returns:
+        ``(g_time, start)``: (n_cells, n_coef, n_coef) coefficients and (n_cells,) int32 starts.
+    """
+    n_coef = _count("monomial_stencils: n_coef", n_coef, 1, MAX_COEFFICIENTS)
+    start, nodes = _basis_roots(n_cells, n_coef)
+    g = np.zeros((nodes.shape[0], n_coef, n_coef))
+    half_powers = 0.5 ** np.arange(n_coef)  # cell position s = x / 2
+    for c in range(nodes.shape[0]):
+        for l in range(n_coef):
+            others = np.delete(nodes[c], l)
+            basis = polynomial.polyfromroots(others) / np.prod(nodes[c, l] - others)
+            g[c, l, :] = basis * half_powers
+    return g.astype(dtype), start

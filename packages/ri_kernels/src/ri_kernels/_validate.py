@@ -1,0 +1,188 @@
+"""Host-side argument checks, run before anything is traced.
+
+Shapes and dtypes are static, so they are checked even when a seam is called under ``jit`` or
+inside ``shard_map``. Values (stencil starts, ``int_time``) are checked when they are concrete
+(numpy arrays, Python numbers or committed jax arrays); traced values cannot be inspected and
+are trusted, as their builders validated them.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import jax
+import numpy as np
+
+from ri_kernels._indices import BaselineIndices, index_shapes
+from ri_kernels._tables import MAX_COEFFICIENTS
+
+PRECISION_PAIRS = {np.dtype(np.complex64): np.float32, np.dtype(np.complex128): np.float64}
+
+
+def concrete(x) -> np.ndarray | None:
+    """``x`` as a numpy array when its value is known on the host, else None."""
+    if isinstance(x, jax.core.Tracer):
+        return None
+    return np.asarray(x)
+
+
+def _dtype(x):
+    return getattr(x, "dtype", None)
+
+
+def precision(fn: str, amp) -> np.dtype:
+    """The real dtype paired with ``amp``'s complex dtype (float32 or float64)."""
+    dtype = np.dtype(_dtype(amp)) if _dtype(amp) is not None else None
+    if dtype not in PRECISION_PAIRS:
+        raise TypeError(
+            f"{fn}: amp must be an array of dtype complex64 or complex128; got {dtype}. "
+            f"Use complex64 with float32 tables, or complex128 with float64 tables"
+        )
+    if dtype == np.complex128 and not jax.config.read("jax_enable_x64"):
+        raise TypeError(
+            f"{fn}: amp is complex128 but jax_enable_x64 is off, so JAX would silently compute "
+            f"in 32 bits; call jax.config.update('jax_enable_x64', True) or pass complex64"
+        )
+    return np.dtype(PRECISION_PAIRS[dtype])
+
+
+def array(fn: str, name: str, x, dtype: np.dtype, shape: tuple, meaning: str) -> None:
+    """Refuse ``x`` unless it has exactly ``dtype`` and ``shape``."""
+    if _dtype(x) is None or not hasattr(x, "shape"):
+        raise TypeError(f"{fn}: {name} must be an array; got {type(x).__name__}")
+    if np.dtype(x.dtype) != dtype:
+        raise TypeError(
+            f"{fn}: {name} has dtype {np.dtype(x.dtype)}; expected {dtype} to match amp "
+            f"(complex64 goes with float32, complex128 with float64)"
+        )
+    if tuple(x.shape) != tuple(shape):
+        raise ValueError(f"{fn}: {name} has shape {tuple(x.shape)}; expected {meaning} = {shape}")
+
+
+def indices(fn: str, index_set, n_ant: int) -> int:
+    """Check an index set against the antenna count of ``amp``; return n_bl."""
+    if not isinstance(index_set, BaselineIndices):
+        raise TypeError(
+            f"{fn}: indices must come from make_indices; got {type(index_set).__name__}"
+        )
+    if index_set.a1.ndim != 1:
+        raise ValueError(
+            f"{fn}: index arrays must be 1-D; a1 has shape {index_set.a1.shape}. Inside "
+            f"shard_map take the device's own set with jax.tree.map(lambda x: x[0], indices)"
+        )
+    if index_set.n_ant != n_ant:
+        raise ValueError(
+            f"{fn}: indices were built for n_ant = {index_set.n_ant} but amp has "
+            f"{n_ant} antennas on axis 0"
+        )
+    for name, shape in index_shapes(index_set.n_bl, n_ant).items():
+        leaf = getattr(index_set, name)
+        if tuple(leaf.shape) != shape or np.dtype(leaf.dtype).kind not in "iu":
+            raise ValueError(
+                f"{fn}: indices.{name} has shape {tuple(leaf.shape)} and dtype {leaf.dtype}; "
+                f"expected integers of shape {shape}. Build indices with make_indices"
+            )
+    return index_set.n_bl
+
+
+def stencil(fn, w_name, w, s_name, start, n_cells, axis, dtype, n_int_name, n_int=None):
+    """Check a (n_cells, n_stencil, n_int) table and its starts; return (n_stencil, n_int)."""
+    if _dtype(w) is None or getattr(w, "ndim", 0) != 3 or w.shape[0] != n_cells:
+        shape = tuple(getattr(w, "shape", ()))
+        raise ValueError(
+            f"{fn}: {w_name} has shape {shape}; expected ({axis}, n_stencil, {n_int_name}) "
+            f"with {axis} = {n_cells}"
+        )
+    n_stencil = w.shape[1]
+    n_int = w.shape[2] if n_int is None else n_int
+    array(fn, w_name, w, dtype, (n_cells, n_stencil, n_int), f"({axis}, n_stencil, {n_int_name})")
+    if not 1 <= n_stencil <= n_cells:
+        raise ValueError(
+            f"{fn}: {w_name} has {n_stencil}-point stencils; need 1 <= n_stencil <= {axis} "
+            f"= {n_cells}"
+        )
+    if _dtype(start) is None or np.dtype(start.dtype).kind not in "iu":
+        raise TypeError(f"{fn}: {s_name} must be an integer array; got {_dtype(start)}")
+    if tuple(start.shape) != (n_cells,):
+        raise ValueError(f"{fn}: {s_name} has shape {tuple(start.shape)}; expected ({n_cells},)")
+    values = concrete(start)
+    if values is not None:
+        cells = np.arange(n_cells)
+        end = values + n_stencil
+        bad = np.flatnonzero((values < 0) | (values > cells) | (end <= cells) | (end > n_cells))
+        if bad.size:
+            c = int(bad[0])
+            raise ValueError(
+                f"{fn}: {s_name}[{c}] = {values[c]} gives a {n_stencil}-point stencil over "
+                f"cells {values[c]}..{values[c] + n_stencil - 1}, which must contain cell {c} "
+                f"and lie inside [0, {n_cells}) ({bad.size} bad cells); stencils need "
+                f"0 <= start[c] <= c < start[c] + n_stencil <= {axis}"
+            )
+    return n_stencil, n_int
+
+
+def int_time(fn: str, value, dtype: np.dtype) -> None:
+    """A positive scalar: a Python number or a 0-d array of the working real dtype."""
+    if _dtype(value) is not None:
+        array(fn, "int_time", value, dtype, (), "a scalar")
+    elif not isinstance(value, int | float) or isinstance(value, bool):
+        raise TypeError(f"{fn}: int_time must be a number of seconds; got {value!r}")
+    known = concrete(value)
+    if known is not None and not (np.isfinite(known) and known > 0):
+        raise ValueError(f"{fn}: int_time must be positive and finite (s); got {float(known)}")
+
+
+def option(fn: str, name: str, value, low: int, high: int) -> int:
+    """A static integer option within [low, high]."""
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{fn}: {name} must be a Python integer; got {value!r}") from None
+    if not low <= value <= high:
+        raise ValueError(f"{fn}: {name} must lie in {low}..{high}; got {value}")
+    return value
+
+
+def coefficients(fn: str, n_coef: int) -> None:
+    if not 1 <= n_coef <= MAX_COEFFICIENTS:
+        raise ValueError(
+            f"{fn}: g_time has {n_coef} monomial coefficients; the analytic operator takes "
+            f"1..{MAX_COEFFICIENTS}"
+        )
+
+
+def budget(fn: str, memory_budget_bytes) -> int:
+    return option(fn, "memory_budget_bytes", memory_budget_bytes, 1, 1 << 50)
+
+
+def signal(fn: str, index_set, amp, phase, delay_us, w_freq, start_freq, dnu_mhz, freq_mhz):
+    """Checks shared by both operators. Returns (real dtype, n_bl, n_path, n_int_f)."""
+    real = precision(fn, amp)
+    if amp.ndim != 4:
+        raise ValueError(
+            f"{fn}: amp has shape {tuple(amp.shape)}; expected 4 axes "
+            f"(n_ant, n_rfi, n_freq, n_time)"
+        )
+    n_ant, n_rfi, n_freq, n_time = amp.shape
+    n_bl = indices(fn, index_set, n_ant)
+    array(fn, "phase", phase, real, amp.shape, "(n_ant, n_rfi, n_freq, n_time), amp's shape")
+    if getattr(delay_us, "ndim", 0) != 4 or delay_us.shape[3] < 1:
+        raise ValueError(
+            f"{fn}: delay_us has shape {tuple(getattr(delay_us, 'shape', ()))}; expected "
+            f"(n_ant, n_rfi, n_time, n_path) with n_path >= 1"
+        )
+    n_path = delay_us.shape[3]
+    array(
+        fn,
+        "delay_us",
+        delay_us,
+        real,
+        (n_ant, n_rfi, n_time, n_path),
+        "(n_ant, n_rfi, n_time, n_path)",
+    )
+    _, n_int_f = stencil(
+        fn, "w_freq", w_freq, "start_freq", start_freq, n_freq, "n_freq", real, "n_int_f"
+    )
+    array(fn, "dnu_mhz", dnu_mhz, real, (n_int_f,), "(n_int_f,)")
+    array(fn, "freq_mhz", freq_mhz, real, (n_freq,), "(n_freq,)")
+    return real, n_bl, n_path, n_int_f
