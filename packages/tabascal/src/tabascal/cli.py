@@ -8,39 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from importlib.metadata import PackageNotFoundError, version
 
-_PACKAGES = ("tabascal", "ri_kernels", "tabascal_partition", "jax", "jaxlib", "optax", "numpy")
-
-
-def _installed_versions() -> dict[str, str]:
-    found = {}
-    for name in _PACKAGES:
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            found[name] = "not installed"
-    return found
-
-
-def _demo(args: argparse.Namespace) -> int:
-    import jax
-
-    print("tabascal demo")
-    for name, ver in _installed_versions().items():
-        print(f"  {name:<20} {ver}")
-    devices = jax.devices()
-    print(f"  {len(devices)} JAX device(s): " + ", ".join(str(d) for d in devices))
-    return 0
-
-
-def _add_demo(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "demo",
-        help="run the embedded demonstration",
-        description="Run the embedded demonstration.",
-    )
-    parser.set_defaults(func=_demo)
+from tabascal.cli_fit import add_demo, add_plan, add_run, use_devices
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -161,9 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Trajectory-based RFI subtraction and calibration for radio interferometers.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    _add_demo(subparsers)
+    add_demo(subparsers)
     _add_simulate(subparsers)
     _add_inspect(subparsers)
+    add_run(subparsers)
+    add_plan(subparsers)
     return parser
 
 
@@ -173,4 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    if getattr(args, "devices", None):
+        error = use_devices(args.devices)
+        if error:
+            print(f"tabascal {args.command}: error: {error}", file=sys.stderr)
+            return 2
     return args.func(args)

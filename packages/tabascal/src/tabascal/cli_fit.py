@@ -1,0 +1,243 @@
+"""The fitting commands of the ``tabascal`` command line: ``run``, ``plan`` and ``demo``.
+
+jax is imported only inside the commands, after ``--devices`` has had its chance to ask XLA
+for virtual CPU devices (which must be set before jax starts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+_DEVICE_FLAG = "--xla_force_host_platform_device_count"
+
+#: The demo's fit: enough steps to reach the noise on the demo preset from data-based
+#: estimates (reduced chi-squared within 10% of 1).
+DEMO_CONFIG = {"fit": {"steps": 400, "learning_rate": 0.1, "checkpoint_every": 0}}
+
+
+def use_devices(n: int) -> str | None:
+    """Ask for ``n`` virtual CPU devices (used only when no accelerator is present).
+
+    Returns an error message when it is too late (jax already started with another count).
+    """
+    if n < 1:
+        return f"--devices {n}: the device count must be at least 1"
+    if "jax" in sys.modules:
+        import jax
+
+        if jax.device_count() != n and jax.default_backend() == "cpu":
+            return (
+                f"--devices {n}: jax has already started with {jax.device_count()} devices; "
+                "start a new process"
+            )
+        return None
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(_DEVICE_FLAG)]
+    os.environ["XLA_FLAGS"] = " ".join([*flags, f"{_DEVICE_FLAG}={n}"])
+    return None
+
+
+def _load_config(path, overrides=None) -> dict:
+    from tabascal import run_config
+    from tabascal.config import load_yaml, merge
+
+    data = load_yaml(path) if path else {}
+    return run_config.load(merge(overrides or {}, data) if overrides else data)
+
+
+def _apply_flags(config: dict, args) -> dict:
+    if getattr(args, "steps", None) is not None:
+        config["fit"]["steps"] = args.steps
+    if getattr(args, "precision", None) is not None:
+        config["precision"] = args.precision
+    return config
+
+
+def _summary_lines(summary: dict) -> list[str]:
+    gib = [b / 2**30 for b in summary["per_device_peak_bytes"]]
+    lines = [
+        f"  reduced chi-squared   {summary['chi2_init']:.4g} -> {summary['chi2_final']:.4g}",
+        f"  steps                 {summary['steps']} in {summary['seconds_fit']:.1f} s",
+        f"  devices               {summary['n_devices']} (shard axis {summary['shard_axis']})",
+        "  peak memory / device  " + ", ".join(f"{g:.3f} GiB" for g in gib),
+    ]
+    truth = summary.get("truth")
+    if truth:
+        lines.append("  against the truth     RMSE (Jy)   RMSE / noise")
+        for name in ("raw_data", "sky", "rfi"):
+            t = truth[name]
+            lines.append(f"    {name:<19} {t['rmse']:10.4g}   {t['rmse_over_noise']:10.4g}")
+        lines.append(f"    {'gains':<19} {truth['gains']['rmse']:10.4g}")
+    return lines
+
+
+def _read(path):
+    from tabascal.store import read_observation
+
+    return read_observation(path)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from tabascal import run, run_config
+    from tabascal.config import ConfigError, describe
+    from tabascal.store import StoreError
+
+    if args.list_keys:
+        print("\n".join(describe(run_config.SCHEMA)))
+        return 0
+    if args.data is None or args.output is None:
+        print("tabascal run: error: --data and -o are required", file=sys.stderr)
+        return 2
+    try:
+        config = _apply_flags(_load_config(args.config), args)
+        axis = run_config.shard_axis(args.shard_axis, config)
+        summary = run.run(
+            _read(args.data), Path(args.output), config, resume=args.resume,
+            overwrite=args.overwrite, shard_axis=axis, progress=not args.quiet,
+        )  # fmt: skip
+    except (ConfigError, StoreError, ValueError, FileExistsError, FileNotFoundError) as err:
+        print(f"tabascal run: error: {err}", file=sys.stderr)
+        return 2
+    except NotImplementedError as err:
+        print(f"tabascal run: error: {err}", file=sys.stderr)
+        return 2
+    print(f"tabascal run: wrote {args.output}")
+    print("\n".join(_summary_lines(summary)))
+    return 0
+
+
+def _add_common(parser) -> None:
+    parser.add_argument("-c", "--config", help="YAML configuration (defaults apply without it)")
+    parser.add_argument("--data", help="observation store (e.g. obs.zarr)")
+    parser.add_argument(
+        "--devices", type=int, help="on a CPU-only machine, run on N virtual CPU devices"
+    )
+    parser.add_argument("--precision", choices=("single", "double"), help="float precision")
+
+
+def add_run(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="fit the model to an observation",
+        description="Fit sky, RFI and gains to an observation store and write results.zarr, "
+        "summary.json and plots into the output folder.",
+    )
+    _add_common(parser)
+    parser.add_argument("-o", "--output", help="output folder")
+    parser.add_argument("--steps", type=int, help="optimisation steps (overrides fit.steps)")
+    parser.add_argument("--resume", action="store_true", help="continue from the checkpoint")
+    parser.add_argument("--overwrite", action="store_true", help="replace earlier results")
+    parser.add_argument(
+        "--shard-axis", choices=("none", "source", "baseline"),
+        help="split the work across devices (overrides config and $TABASCAL_SHARD_AXIS)",
+    )  # fmt: skip
+    parser.add_argument("--list-keys", action="store_true", help="list every configuration key")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(func=_run)
+
+
+def _device_capacity_bytes(device) -> int | None:
+    stats = device.memory_stats()
+    if stats and "bytes_limit" in stats:
+        return int(stats["bytes_limit"])
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return None
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from functools import partial
+
+    import jax
+
+    from tabascal import fit, memory, run_config
+    from tabascal.config import ConfigError
+    from tabascal.model import joint
+    from tabascal.store import StoreError
+
+    if args.data is None:
+        print("tabascal plan: error: --data is required", file=sys.stderr)
+        return 2
+    try:
+        config = _apply_flags(_load_config(args.config), args)
+        obs = _read(args.data)
+        model = joint.build(obs, run_config.model_config(config), init=config["fit"]["init"])
+    except (ConfigError, StoreError, ValueError) as err:
+        print(f"tabascal plan: error: {err}", file=sys.stderr)
+        return 2
+    optimizer = fit.make_optimizer(run_config.fit_config(config))
+    state = jax.eval_shape(partial(fit.init_state, optimizer=optimizer), model.params)
+    inputs = (model.constants, model.data)
+    step = fit.make_step(partial(joint.loss, spec=model.spec), optimizer)
+    stage = memory.stage_memory(step.lower(state, inputs).compile())
+    device = jax.devices()[0]
+    capacity = _device_capacity_bytes(device)
+    peak = stage.arguments + stage.working_set
+    print(f"tabascal plan: {args.data} on {jax.device_count()} {device.platform} device(s)")
+    spec = model.spec
+    print(f"  baselines x channels x times   {spec.n_bl} x {spec.n_freq} x {spec.n_time}; "
+          f"{spec.n_ant} antennas, {spec.n_src} satellites")  # fmt: skip
+    print(f"  RFI groups                     {model.info['rfi_groups']}")
+    print(f"  optimisation step per device   arguments {stage.arguments / 2**20:.1f} MiB, "
+          f"outputs {stage.outputs / 2**20:.1f} MiB, temporaries "
+          f"{stage.temporaries / 2**20:.1f} MiB")  # fmt: skip
+    print(f"  peak estimate per device       {peak / 2**30:.3f} GiB")
+    if capacity:
+        verdict = "fits" if peak < 0.9 * capacity else "does NOT fit"
+        print(f"  device memory                  {capacity / 2**30:.1f} GiB: {verdict}")
+    return 0
+
+
+def add_plan(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="estimate the per-device memory of a fit before running it",
+        description="Build the model and compile one optimisation step (nothing is fitted) "
+        "and print its per-device memory and whether it fits.",
+    )
+    _add_common(parser)
+    parser.set_defaults(func=_plan)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    import jax
+
+    from tabascal import run, run_config
+    from tabascal.simulate import simulate, simulation_config
+
+    work = Path(args.output) if args.output else Path(tempfile.mkdtemp(prefix="tabascal-demo-"))
+    obs_path, out_dir = work / "obs.zarr", work / "fit"
+    print(f"tabascal demo: simulating the 'demo' preset into {obs_path}")
+    start = time.perf_counter()
+    simulate(simulation_config("demo"), obs_path, overwrite=True, progress=not args.quiet)
+    obs = _read(obs_path)
+    print(f"  {obs.vis.shape[0]} baselines x {obs.vis.shape[1]} channels x {obs.vis.shape[2]} "
+          f"integrations, {obs.orbits.n_sat} satellites, on {jax.device_count()} "
+          f"{jax.default_backend()} device(s)")  # fmt: skip
+    config = run_config.load(DEMO_CONFIG)
+    if args.steps is not None:
+        config["fit"]["steps"] = args.steps
+    print(f"tabascal demo: fitting ({config['fit']['steps']} steps) into {out_dir}")
+    summary = run.run(obs, out_dir, config, overwrite=True, progress=not args.quiet)
+    print("\n".join(_summary_lines(summary)))
+    print(f"tabascal demo: done in {time.perf_counter() - start:.0f} s; outputs in {out_dir}")
+    return 0
+
+
+def add_demo(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="simulate a small observation, fit it and summarise the result",
+        description="Simulate the 'demo' preset (16 stations, 2 satellites), fit sky, RFI and "
+        "gains, and print the fit quality and the errors against the truth.",
+    )
+    parser.add_argument("-o", "--output", help="folder for obs.zarr and fit/ (default: temporary)")
+    parser.add_argument("--steps", type=int, help="optimisation steps")
+    parser.add_argument("--devices", type=int, help="run on N virtual CPU devices")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    parser.set_defaults(func=_demo)

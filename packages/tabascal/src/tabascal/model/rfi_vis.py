@@ -1,0 +1,234 @@
+"""RFI visibilities of every baseline, with baselines grouped by the fine sampling they need.
+
+A baseline whose RFI fringe winds through ``w`` cycles across an integration needs more fine
+samples than a short one whose fringe barely turns. The midpoint rule with ``n`` samples
+averages ``exp(2 pi i w x)`` over a cell with error
+``|sin(pi w) (1 / (n sin(pi w / n)) - 1 / (pi w))| <= min(pi^2 w^2, pi w) / (6 n^2)`` for
+``n > w``, relative to the signal's ``|A|^2``. Each baseline gets the smallest power of two
+that holds this error below ``tolerance`` times the noise for the RFI signal-to-noise of the
+data, separately in time and in frequency. Baselines needing the same sampling form a group;
+groups needing at most ``quadrature_limit`` time samples use the quadrature operator, the rest
+the analytic operator, which integrates time in closed form (the "hybrid"). Each group calls
+its ri_kernels seam with its own index arrays and writes its rows of the output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import ri_kernels
+
+OPERATORS = ("quadrature", "analytic")
+
+
+@dataclass(frozen=True)
+class RfiVisConfig:
+    """Static settings of the RFI-visibility component.
+
+    quadrature_limit: groups needing at most this many time samples per integration use the
+      quadrature operator; the rest the analytic one. 0 makes every group analytic.
+    tolerance: largest time- or frequency-averaging error allowed, as a fraction of the noise.
+    max_samples: cap on fine samples per cell (time and frequency).
+    time_stencil: Lagrange points per time stencil (quadrature) and coefficients (analytic).
+    freq_stencil: Lagrange points per frequency stencil.
+    segments, terms, cubic_terms: options of the analytic operator (see ri_kernels).
+    max_groups: most groups (compiled operator calls); the smallest are merged upwards.
+    """
+
+    quadrature_limit: int = 16
+    tolerance: float = 0.05
+    max_samples: int = 256
+    time_stencil: int = 3
+    freq_stencil: int = 1
+    segments: int = 2
+    terms: int = 6
+    cubic_terms: int = 3
+    max_groups: int = 4
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """Static description of one group: its operator and fine sampling."""
+
+    operator: str  # "quadrature" or "analytic"
+    n_time_samples: int  # fine samples per integration (1 for analytic: time is exact)
+    n_freq_samples: int  # fine samples per channel
+
+
+class GroupTables(NamedTuple):
+    """Arrays of one group, handed to its operator as traced arguments.
+
+    indices: ri_kernels index arrays of the group's baselines. rows: (n_rows,) int32 rows of
+    the output the group writes. w_freq, start_freq: (n_freq, n_sf, n_int_f), (n_freq,).
+    w_time, start_time: (n_time, n_st, n_int_t) or, for analytic, the monomial table
+    (n_time, n_coef, n_coef), and (n_time,). dnu_mhz: (n_int_f,). dt: (n_int_t,) s (quadrature)
+    or () the integration time in s (analytic).
+    """
+
+    indices: ri_kernels.BaselineIndices
+    rows: jax.Array
+    w_freq: jax.Array
+    start_freq: jax.Array
+    w_time: jax.Array
+    start_time: jax.Array
+    dnu_mhz: jax.Array
+    dt: jax.Array
+
+
+def _midpoint_error_bound(cycles: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Bound on the midpoint rule's error for a fringe of ``cycles`` per cell, n samples."""
+    w = np.abs(cycles)
+    bound = np.minimum((np.pi * w) ** 2, np.pi * w) / (6.0 * n.astype(np.float64) ** 2)
+    return np.where(n > w, bound, np.inf)
+
+
+def required_samples(cycles, snr: float, tolerance: float, max_samples: int) -> np.ndarray:
+    """Smallest power of two n with averaging error <= tolerance * noise (n <= max_samples).
+
+    cycles: (n_bl,) largest fringe winding per cell; snr: RFI power |A|^2 over the noise.
+    """
+    cycles = np.asarray(cycles, np.float64)
+    n = np.ones(cycles.shape, np.int64)
+    while True:
+        short = (_midpoint_error_bound(cycles, n) * snr > tolerance) & (n < max_samples)
+        if not short.any():
+            return n
+        n = np.where(short, n * 2, n)
+
+
+def _merge_small_groups(n_t: np.ndarray, max_groups: int) -> np.ndarray:
+    """Raise the sampling of the smallest groups to their next level until few remain.
+
+    Each group is one more compiled operator call, so a handful of baselines at their own
+    level costs more in compilation than sampling them a little finer does at run time.
+    """
+    n_t = n_t.copy()
+    levels, counts = np.unique(n_t, return_counts=True)
+    while levels.size > max_groups:
+        i = int(np.argmin(counts[:-1]))  # never the finest level: nothing lies above it
+        n_t[n_t == levels[i]] = levels[i + 1]
+        levels, counts = np.unique(n_t, return_counts=True)
+    return n_t
+
+
+def plan_groups(
+    time_cycles, freq_cycles, snr: float, config: RfiVisConfig
+) -> tuple[np.ndarray, tuple[GroupSpec, ...]]:
+    """Assign every baseline to a group.
+
+    time_cycles, freq_cycles: (n_bl,) fringe winding per integration and per channel
+    (``geometry.rfi_fringe_winding``). snr: largest RFI power over the noise.
+    Returns ``(labels, specs)``: (n_bl,) int32 group of each baseline and the groups' specs,
+    quadrature groups by increasing time sampling, then the analytic group. A group's
+    frequency sampling is the finest any of its baselines needs.
+    """
+    n_t = required_samples(time_cycles, snr, config.tolerance, config.max_samples)
+    n_f = required_samples(freq_cycles, snr, config.tolerance, config.max_samples)
+    analytic = n_t > config.quadrature_limit
+    # The analytic group integrates time exactly; mark it with a level above every other.
+    level = np.where(analytic, config.max_samples * 2, n_t)
+    level = _merge_small_groups(level, config.max_groups)
+    levels, labels = np.unique(level, return_inverse=True)
+    specs = []
+    for g, lev in enumerate(levels):
+        members = labels == g
+        operator = "analytic" if lev > config.quadrature_limit else "quadrature"
+        n_time = 1 if operator == "analytic" else int(lev)
+        specs.append(GroupSpec(operator, n_time, int(n_f[members].max())))
+    return labels.reshape(-1).astype(np.int32), tuple(specs)
+
+
+def make_group_tables(
+    spec: GroupSpec,
+    rows: np.ndarray,
+    a1: np.ndarray,
+    a2: np.ndarray,
+    n_ant: int,
+    n_freq: int,
+    n_time: int,
+    chan_width: float,
+    int_time: float,
+    config: RfiVisConfig,
+    dtype,
+) -> GroupTables:
+    """The tables and indices of one group (host side). rows: (n_rows,) output rows."""
+    chan_mhz = chan_width * 1e-6
+    dnu_mhz = ri_kernels.fine_offsets(chan_mhz, spec.n_freq_samples)
+    w_freq, start_freq = ri_kernels.lagrange_stencils(
+        n_freq, dnu_mhz / chan_mhz, min(config.freq_stencil, n_freq)
+    )
+    stencil = min(config.time_stencil, n_time)
+    if spec.operator == "quadrature":
+        dt = ri_kernels.fine_offsets(int_time, spec.n_time_samples)
+        w_time, start_time = ri_kernels.lagrange_stencils(n_time, dt / int_time, stencil)
+    else:
+        dt = np.asarray(int_time)
+        w_time, start_time = ri_kernels.monomial_stencils(n_time, stencil)
+    indices = ri_kernels.make_indices(n_ant, a1[rows], a2[rows])
+    real = jnp.dtype(dtype)
+    return GroupTables(
+        indices=indices,
+        rows=jnp.asarray(rows, jnp.int32),
+        w_freq=jnp.asarray(w_freq, real),
+        start_freq=jnp.asarray(start_freq, jnp.int32),
+        w_time=jnp.asarray(w_time, real),
+        start_time=jnp.asarray(start_time, jnp.int32),
+        dnu_mhz=jnp.asarray(dnu_mhz, real),
+        dt=jnp.asarray(dt, real),
+    )
+
+
+def snr_from_data(vis: np.ndarray, flags: np.ndarray, noise) -> float:
+    """Largest unflagged |vis| over the smallest noise: an upper bound on RFI power / noise."""
+    peak = np.max(np.where(flags, 0.0, np.abs(vis)), initial=0.0)
+    return float(peak / np.min(noise))
+
+
+def evaluate_group(
+    spec: GroupSpec,
+    tables: GroupTables,
+    amp: jax.Array,
+    phase: jax.Array,
+    delay_us: jax.Array,
+    freq_mhz: jax.Array,
+    config: RfiVisConfig,
+) -> jax.Array:
+    """Visibilities (n_rows, n_freq, n_time) of one group's baselines.
+
+    amp: (n_ant, n_src, n_freq, n_time) complex; phase: same shape, real (rad);
+    delay_us: (n_ant, n_src, n_time, n_path); freq_mhz: (n_freq,).
+    """
+    if spec.operator == "quadrature":
+        return ri_kernels.quadrature_eval_with_indices(
+            tables.indices, amp, phase, delay_us, tables.w_freq, tables.start_freq,
+            tables.w_time, tables.start_time, tables.dnu_mhz, tables.dt, freq_mhz,
+        )  # fmt: skip
+    return ri_kernels.analytic_eval_with_indices(
+        tables.indices, amp, phase, delay_us, tables.w_freq, tables.start_freq,
+        tables.w_time, tables.start_time, tables.dnu_mhz, tables.dt, freq_mhz,
+        segments=config.segments, terms=config.terms, cubic_terms=config.cubic_terms,
+    )  # fmt: skip
+
+
+def forward(
+    amp: jax.Array,
+    phase: jax.Array,
+    delay_us: jax.Array,
+    freq_mhz: jax.Array,
+    groups: tuple[GroupTables, ...],
+    specs: tuple[GroupSpec, ...],
+    n_bl: int,
+    config: RfiVisConfig,
+) -> jax.Array:
+    """RFI visibilities (n_bl, n_freq, n_time) of every baseline, each group writing its rows."""
+    n_freq, n_time = amp.shape[2], amp.shape[3]
+    vis = jnp.zeros((n_bl, n_freq, n_time), amp.dtype)
+    for spec, tables in zip(specs, groups, strict=True):
+        out = evaluate_group(spec, tables, amp, phase, delay_us, freq_mhz, config)
+        vis = vis.at[tables.rows].set(out, unique_indices=True)
+    return vis

@@ -1,0 +1,213 @@
+"""``tabascal run``: fit the model to an observation and write the results.
+
+The output folder holds ``results.zarr`` (fitted sky and RFI visibilities, model, residual
+data - model and gains, in the data's baseline order), ``summary.json``, PNG plots, the resolved
+``config.yaml`` and ``checkpoints/``. Every file is written under a temporary name and renamed
+into place, so an interrupted run never leaves a half-written result under a final name.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from functools import partial
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from tabascal import fit, memory, plots, run_config
+from tabascal.config import dump_yaml
+from tabascal.model import gains, joint, likelihood
+
+logger = logging.getLogger(__name__)
+
+RESULTS = "results.zarr"
+SUMMARY = "summary.json"
+CHECKPOINTS = "checkpoints"
+OUTPUT_NAMES = (RESULTS, SUMMARY, "config.yaml", "loss.png", "baselines.png", CHECKPOINTS)
+
+
+class OutputExistsError(FileExistsError):
+    """The output folder holds earlier results and neither resume nor overwrite was asked."""
+
+
+def prepare_output(out_dir: Path, *, resume: bool, overwrite: bool) -> None:
+    """Create ``out_dir``, refusing a non-empty one unless resuming or overwriting."""
+    out_dir = Path(out_dir)
+    if resume and overwrite:
+        raise ValueError("--resume and --overwrite contradict each other; choose one")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OutputExistsError(f"{out_dir} exists and is not a folder")
+    if resume:
+        if not (out_dir / CHECKPOINTS / fit.CHECKPOINT_NAME).is_file():
+            raise FileNotFoundError(
+                f"--resume: {out_dir / CHECKPOINTS / fit.CHECKPOINT_NAME} does not exist; "
+                "run without --resume to start a new fit"
+            )
+        return
+    if out_dir.exists() and any(out_dir.iterdir()):
+        if not overwrite:
+            raise OutputExistsError(
+                f"{out_dir} is not empty; pass --overwrite to replace its results or --resume "
+                "to continue its fit"
+            )
+        for name in OUTPUT_NAMES:
+            path = out_dir / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    partial_path = path.with_name(path.name + ".partial")
+    partial_path.write_text(text)
+    os.replace(partial_path, path)
+
+
+def _rmse(a, b) -> float:
+    return float(np.sqrt(np.mean(np.abs(np.asarray(a) - np.asarray(b)) ** 2)))
+
+
+def truth_metrics(prediction: joint.Prediction, obs, noise: float) -> dict:
+    """RMSE and RMSE/noise against the store's truth.
+
+    ``sky``: the fitted sky against the true sky. ``rfi``: the RFI as it appears in the data,
+    g[a1] V_rfi conj(g[a2]), against the same from the truth (the product is what the data
+    constrain: a gain error is indistinguishable from an RFI amplitude error). ``gains``: the
+    fitted gains against the true ones. ``raw_data``: the data against the true sky, the error
+    of doing nothing.
+    """
+    t = obs.truth
+    a1, a2 = np.asarray(obs.a1), np.asarray(obs.a2)
+    fitted_rfi = gains.apply(prediction.rfi, prediction.gains, a1, a2)
+    true_rfi = gains.apply(t.rfi_vis, t.gains, a1, a2)
+    pairs = {
+        "sky": (prediction.sky, t.sky_vis),
+        "rfi": (fitted_rfi, true_rfi),
+        "gains": (prediction.gains, t.gains),
+        "raw_data": (obs.vis, t.sky_vis),
+    }
+    out = {}
+    for name, (fitted, true) in pairs.items():
+        value = _rmse(fitted, true)
+        out[name] = {"rmse": value}
+        if name != "gains":
+            out[name]["rmse_over_noise"] = value / noise
+    return out
+
+
+def write_results(path: Path, prediction: joint.Prediction, data: joint.Data, obs) -> None:
+    """results.zarr: sky_vis, rfi_vis, model_vis, residual (data - model; 0 where flagged),
+    each (n_bl, n_freq, n_time); gains (n_ant, n_freq, n_time); a1, a2; written atomically."""
+    import zarr
+
+    path = Path(path)
+    partial_path = path.with_name("." + path.name + ".partial")
+    if partial_path.exists():
+        shutil.rmtree(partial_path)
+    group = zarr.open_group(str(partial_path), mode="w")
+    residual = jax.numpy.where(data.flags, 0, data.vis - prediction.model)
+    arrays = {
+        "sky_vis": prediction.sky,
+        "rfi_vis": prediction.rfi,
+        "model_vis": prediction.model,
+        "residual": residual,
+        "gains": prediction.gains,
+        "flags": data.flags,
+        "a1": np.asarray(obs.a1, np.int32),
+        "a2": np.asarray(obs.a2, np.int32),
+        "times_s": np.asarray(obs.times_s),
+        "freqs_hz": np.asarray(obs.freqs_hz),
+    }
+    for name, value in arrays.items():
+        value = np.asarray(value)
+        group.create_array(name, shape=value.shape, dtype=value.dtype)[...] = value
+    group.attrs["format"] = "tabascal.results"
+    group.attrs["format_version"] = 1
+    os.replace(partial_path, path)
+
+
+def _plot(out_dir: Path, history: fit.FitHistory, prediction, obs, config: dict) -> None:
+    plots.plot_loss(history.loss, history.chi2, out_dir / "loss.png")
+    lengths = np.linalg.norm(obs.ant_itrf[obs.a1] - obs.ant_itrf[obs.a2], axis=1)
+    n_show = min(config["output"]["plot_baselines"], len(lengths))
+    rows = np.argsort(lengths)[np.linspace(0, len(lengths) - 1, n_show).astype(int)]
+    model = np.asarray(prediction.model)[rows, 0]
+    data = np.asarray(obs.vis)[rows, 0]
+    labels = [
+        f"baseline {obs.a1[r]}-{obs.a2[r]} ({lengths[r]:.0f} m), {obs.freqs_hz[0] / 1e6:.2f} MHz"
+        for r in rows
+    ]
+    plots.plot_baselines(obs.times_s, data, model, data - model, labels, out_dir / "baselines.png")
+
+
+def run(
+    obs,
+    out_dir: Path,
+    config: dict,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    shard_axis: str = "none",
+    progress: bool = True,
+) -> dict:
+    """Fit ``obs`` (a ``tabascal.store.Observation``) with the validated ``config``; write the
+    outputs to ``out_dir`` and return the summary."""
+    if shard_axis != "none":
+        raise NotImplementedError(
+            f"shard axis {shard_axis!r} is not available in this version; use 'none'"
+        )
+    out_dir = Path(out_dir)
+    prepare_output(out_dir, resume=resume, overwrite=overwrite)
+    fit_cfg = run_config.fit_config(config)
+    model = joint.build(obs, run_config.model_config(config), init=config["fit"]["init"],
+                        seed=config["fit"]["seed"])  # fmt: skip
+    _write_atomically(out_dir / "config.yaml", dump_yaml(config))
+    inputs = (model.constants, model.data)
+    loss_fn = partial(joint.loss, spec=model.spec)
+    optimizer = fit.make_optimizer(fit_cfg)
+    state = fit.init_state(model.params, optimizer)
+    history = None
+    if resume:
+        state, history = fit.load_checkpoint(out_dir / CHECKPOINTS, state)
+        logger.info("resuming at step %d", int(state.step))
+    chi2_init = float(jax.jit(loss_fn)(model.params, inputs)[1]["chi2"])
+
+    compiled = fit.make_step(loss_fn, optimizer).lower(state, inputs).compile()
+    stages = [memory.stage_memory(compiled)]
+    start = time.perf_counter()
+    state, history = fit.run(
+        compiled, state, inputs, fit_cfg, history=history,
+        checkpoint_dir=out_dir / CHECKPOINTS, progress=progress,
+    )  # fmt: skip
+    seconds_fit = time.perf_counter() - start
+
+    prediction = jax.jit(partial(joint.predict, spec=model.spec))(state.params, model.constants)
+    chi2_final = float(
+        likelihood.reduced_chi2(prediction.model, model.data.vis, model.data.flags,
+                                model.data.noise, model.data.n_points)
+    )  # fmt: skip
+    summary = {
+        "chi2_init": chi2_init,
+        "chi2_final": chi2_final,
+        "steps": int(state.step),
+        "seconds_fit": seconds_fit,
+        "n_devices": jax.device_count(),
+        "shard_axis": shard_axis,
+        "per_device_peak_bytes": memory.peak_bytes_per_device(stages),
+        "step_memory": stages[0].as_dict(),
+        "model": model.info,
+    }
+    if obs.truth is not None:
+        summary["truth"] = truth_metrics(prediction, obs, float(np.mean(model.data.noise)))
+    write_results(out_dir / RESULTS, prediction, model.data, obs)
+    if config["output"]["plots"]:
+        _plot(out_dir, history, prediction, obs, config)
+    _write_atomically(out_dir / SUMMARY, json.dumps(summary, indent=2) + "\n")
+    return summary
