@@ -12,7 +12,10 @@ one geometry. Conventions:
   antenna's inertial position projected on east ``(-sin ra, cos ra, 0)``, north
   ``(-sin dec cos ra, -sin dec sin ra, cos dec)`` and ``s0``; a baseline's uvw is
   ``uvw[a1] - uvw[a2]``.
-- Satellites move on circular orbits in the same inertial frame:
+- Satellites move in the same inertial frame. Any object with the :class:`Orbits` protocol
+  (``n_sat``, ``names``, ``label(s)``, ``inertial(times_s, n_deriv)``) can be passed where
+  orbits are taken: :class:`CircularOrbits` here, or SGP4 orbits from TLE element sets
+  (:class:`tabascal.tle.TleOrbits`). Circular orbits are
   ``r(t) = Rz(raan) Rx(incl) Rz(u0) R [cos nt, sin nt, 0]`` with ``R = R_EARTH + altitude``,
   ``n = sqrt(GM_EARTH / R^3)`` and ``t`` from the epoch.
 - The delay of satellite s at antenna a is ``tau = -(|x_sat - x_ant| + w_ant) / c`` minus its
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import comb
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -92,6 +96,26 @@ def antenna_uvw(ant_itrf, times_s, gast0_rad: float, ra_rad: float, dec_rad: flo
     return np.einsum("ij,atj->tai", phase_centre_basis(ra_rad, dec_rad), pos)
 
 
+@runtime_checkable
+class Orbits(Protocol):
+    """What the geometry needs of a set of satellite orbits.
+
+    n_sat: number of satellites. names: n_sat strings or None. ``label(s)``: a name for
+    messages. ``inertial(times_s, n_deriv)``: positions in the inertial frame and their first
+    ``n_deriv`` time derivatives at ``times_s`` (n_time,) s from the observation start, as
+    (n_deriv + 1, n_sat, n_time, 3) float64 in m/s^k.
+    """
+
+    names: tuple[str, ...] | None
+
+    @property
+    def n_sat(self) -> int: ...
+
+    def label(self, s: int) -> str: ...
+
+    def inertial(self, times_s, n_deriv: int = 0) -> np.ndarray: ...
+
+
 @dataclass(frozen=True, eq=False)
 class CircularOrbits:
     """Circular orbits of n_sat satellites, elements at the epoch (the observation start).
@@ -145,24 +169,27 @@ class CircularOrbits:
     def label(self, s: int) -> str:
         return self.names[s] if self.names is not None else f"satellite {s}"
 
+    def inertial(self, times_s, n_deriv: int = 0) -> np.ndarray:
+        """Positions and exact derivatives: (n_deriv + 1, n_sat, n_time, 3) float64, m/s^k."""
+        t = _f64(times_s)[None, :]
+        n = self.mean_motion[:, None]
+        u = self.arg_lat_rad[:, None] + n * t
+        ci, si = np.cos(self.inclination_rad)[:, None], np.sin(self.inclination_rad)[:, None]
+        out = []
+        for k in range(n_deriv + 1):
+            scale = self.radius_m[:, None] * n**k
+            c, s = scale * np.cos(u + k * np.pi / 2), scale * np.sin(u + k * np.pi / 2)
+            in_plane = np.stack([c, s * ci, s * si], axis=-1)
+            out.append(rotate_z(in_plane, self.raan_rad[:, None]))
+        return np.stack(out).reshape(n_deriv + 1, self.n_sat, t.shape[1], 3)
 
-def satellite_inertial(orbits: CircularOrbits, times_s, n_deriv: int = 0) -> np.ndarray:
+
+def satellite_inertial(orbits: Orbits, times_s, n_deriv: int = 0) -> np.ndarray:
     """Satellite positions and derivatives: (n_deriv + 1, n_sat, n_time, 3) float64, m/s^k."""
-    t = _f64(times_s)[None, :]
-    n = orbits.mean_motion[:, None]
-    u = orbits.arg_lat_rad[:, None] + n * t
-    ci, si = np.cos(orbits.inclination_rad)[:, None], np.sin(orbits.inclination_rad)[:, None]
-    raan = orbits.raan_rad[:, None]
-    out = []
-    for k in range(n_deriv + 1):
-        scale = orbits.radius_m[:, None] * n**k
-        c, s = scale * np.cos(u + k * np.pi / 2), scale * np.sin(u + k * np.pi / 2)
-        in_plane = np.stack([c, s * ci, s * si], axis=-1)
-        out.append(rotate_z(in_plane, raan))
-    return np.stack(out)
+    return orbits.inertial(times_s, n_deriv)
 
 
-def satellite_positions(orbits: CircularOrbits, times_s) -> np.ndarray:
+def satellite_positions(orbits: Orbits, times_s) -> np.ndarray:
     """Inertial satellite positions (m): (n_sat, n_time, 3) float64."""
     return satellite_inertial(orbits, times_s)[0]
 
@@ -185,7 +212,7 @@ def _range_derivatives(sep: np.ndarray) -> np.ndarray:
 
 
 def rfi_delays(
-    ant_itrf, orbits: CircularOrbits, times_s, gast0_rad, ra_rad, dec_rad, n_deriv: int = 3
+    ant_itrf, orbits: Orbits, times_s, gast0_rad, ra_rad, dec_rad, n_deriv: int = 3
 ) -> np.ndarray:
     """Near-field satellite delays relative to the array mean, with analytic time derivatives.
 
@@ -238,7 +265,7 @@ def geodetic_up(itrf) -> np.ndarray:
     return np.stack([np.cos(lat) * np.cos(lon), np.cos(lat) * np.sin(lon), np.sin(lat)], axis=-1)
 
 
-def satellite_elevation(ant_itrf, orbits: CircularOrbits, times_s, gast0_rad) -> np.ndarray:
+def satellite_elevation(ant_itrf, orbits: Orbits, times_s, gast0_rad) -> np.ndarray:
     """Elevation (rad) of each satellite above the local horizon at the array centre.
 
     The array centre is the mean ITRF antenna position; "up" is the WGS84 normal there.

@@ -7,11 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from tabascal.geometry import CircularOrbits
+from tabascal.geometry import Orbits
 
 FORMAT = "tabascal.observation"
 FORMAT_VERSION = 1
 ORBIT_FIELDS = ("altitude_m", "inclination_rad", "raan_rad", "arg_lat_rad")
+TLE_ATTR = "satellite_tle"  # group attribute of stores whose satellites are TLE element sets
 SCALAR_ATTRS = ("gast0_rad", "int_time", "chan_width", "ra_rad", "dec_rad", "dish_diameter_m")
 CHUNK_BYTES = 16 * 2**20  # target size of one vis chunk
 TRUTH_PER_ANTENNA = (
@@ -57,7 +58,8 @@ class ObservationMeta:
     a1, a2: (n_bl,) int32. ant_itrf: (n_ant, 3) float64 m. dish_diameter_m: station diameter.
     times_s: (n_time,) cell centres, s from the start. int_time: s. freqs_hz: (n_freq,) channel
     centres. chan_width: Hz. gast0_rad: Greenwich sidereal angle at the start; epoch_utc: the
-    start, ISO 8601. ra_rad, dec_rad: phase centre. orbits: the satellites. metadata: JSON dict.
+    start, ISO 8601. ra_rad, dec_rad: phase centre. orbits: the satellites (CircularOrbits or
+    tabascal.tle.TleOrbits; none is ``CircularOrbits([], [], [], [])``). metadata: JSON dict.
     """
 
     a1: np.ndarray
@@ -72,7 +74,7 @@ class ObservationMeta:
     epoch_utc: str
     ra_rad: float
     dec_rad: float
-    orbits: CircularOrbits
+    orbits: Orbits
     metadata: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -13,6 +13,7 @@ from tabascal.store.layout import (
     FORMAT_VERSION,
     ORBIT_FIELDS,
     SCALAR_ATTRS,
+    TLE_ATTR,
     TRUTH_PER_ANTENNA,
     Observation,
     ObservationMeta,
@@ -20,6 +21,7 @@ from tabascal.store.layout import (
     StoreInfo,
     Truth,
 )
+from tabascal.tle import TleError, TleOrbits
 
 REQUIRED = ("vis", "flags", "noise", "a1", "a2", "ant_itrf", "times_s", "freqs_hz")
 
@@ -53,10 +55,19 @@ def _open_group(path) -> zarr.Group:
     for name in (*SCALAR_ATTRS, "epoch_utc"):
         if name not in attrs:
             _fail(path, f"attribute '{name}' is missing")
-    for name in (*REQUIRED, *(f"satellites/{f}" for f in ORBIT_FIELDS)):
+    orbit_arrays = () if TLE_ATTR in attrs else tuple(f"satellites/{f}" for f in ORBIT_FIELDS)
+    for name in (*REQUIRED, *orbit_arrays):
         if name not in group:
             _fail(path, f"array '{name}' is missing")
     return group
+
+
+def _tle_lines(path, attrs) -> tuple[list, list]:
+    tle = attrs[TLE_ATTR]
+    lines = (tle.get("line1"), tle.get("line2")) if isinstance(tle, dict) else (None, None)
+    if not all(isinstance(x, list) for x in lines) or len(lines[0]) != len(lines[1]):
+        _fail(path, f"attribute '{TLE_ATTR}' must hold lists 'line1' and 'line2' of equal length")
+    return lines
 
 
 def _expected_shapes(group: zarr.Group, n_bl, n_ant, n_freq, n_time, n_sat) -> dict:
@@ -65,8 +76,9 @@ def _expected_shapes(group: zarr.Group, n_bl, n_ant, n_freq, n_time, n_sat) -> d
         "ant_itrf": (n_ant, 3),
         "vis": (n_bl, n_freq, n_time),
         "flags": (n_bl, n_freq, n_time),
-        **{f"satellites/{f}": (n_sat,) for f in ORBIT_FIELDS},
     }
+    if TLE_ATTR not in group.attrs:
+        expected |= {f"satellites/{f}": (n_sat,) for f in ORBIT_FIELDS}
     if "truth" in group:
         n_src = group["truth/source_ra_rad"].shape[0] if "truth/source_ra_rad" in group else 0
         expected |= {
@@ -87,7 +99,10 @@ def _checked(path) -> tuple[zarr.Group, StoreInfo]:
     group = _open_group(path)
     n_bl, n_ant = group["a1"].shape[0], group["ant_itrf"].shape[0]
     n_freq, n_time = group["freqs_hz"].shape[0], group["times_s"].shape[0]
-    n_sat = group["satellites/altitude_m"].shape[0]
+    if TLE_ATTR in group.attrs:
+        n_sat = len(_tle_lines(path, dict(group.attrs))[0])
+    else:
+        n_sat = group["satellites/altitude_m"].shape[0]
     for name, shape in _expected_shapes(group, n_bl, n_ant, n_freq, n_time, n_sat).items():
         if name not in group:
             _fail(path, f"array '{name}' is missing")
@@ -128,13 +143,29 @@ def store_info(path) -> StoreInfo:
     return _checked(path)[1]
 
 
-def _meta_fields(group: zarr.Group, rows: slice) -> dict:
+def _orbits(path, group: zarr.Group):
     attrs = dict(group.attrs)
     names = attrs.get("satellite_names")
-    orbits = CircularOrbits(
-        **{f: group[f"satellites/{f}"][:] for f in ORBIT_FIELDS},
-        names=tuple(names) if names is not None else None,
-    )
+    names = tuple(names) if names is not None else None
+    if TLE_ATTR not in attrs:
+        return CircularOrbits(**{f: group[f"satellites/{f}"][:] for f in ORBIT_FIELDS}, names=names)
+    line1, line2 = _tle_lines(path, attrs)
+    try:
+        return TleOrbits(
+            line1=tuple(line1),
+            line2=tuple(line2),
+            epoch_utc=str(attrs["epoch_utc"]),
+            gast0_rad=float(attrs["gast0_rad"]),
+            names=names,
+            ut1_utc_s=float(attrs[TLE_ATTR].get("ut1_utc_s", 0.0)),
+        )
+    except TleError as err:
+        _fail(path, f"attribute '{TLE_ATTR}': {err}")
+
+
+def _meta_fields(path, group: zarr.Group, rows: slice) -> dict:
+    attrs = dict(group.attrs)
+    orbits = _orbits(path, group)
     return dict(
         a1=group["a1"][rows],
         a2=group["a2"][rows],
@@ -151,7 +182,7 @@ def _meta_fields(group: zarr.Group, rows: slice) -> dict:
 def read_meta(path) -> ObservationMeta:
     """Everything but the visibilities (a1, a2 complete)."""
     group, info = _checked(path)
-    return ObservationMeta(**_meta_fields(group, slice(0, info.n_bl)))
+    return ObservationMeta(**_meta_fields(path, group, slice(0, info.n_bl)))
 
 
 def read_observation(path, rows: slice | None = None, *, truth: bool = True) -> Observation:
@@ -175,7 +206,7 @@ def read_observation(path, rows: slice | None = None, *, truth: bool = True) -> 
             **{name: t[name][...] for name in TRUTH_PER_ANTENNA},
         )
     return Observation(
-        **_meta_fields(group, rows),
+        **_meta_fields(path, group, rows),
         vis=group["vis"][rows],
         flags=group["flags"][rows],
         noise=np.asarray(noise, dtype=np.float64),

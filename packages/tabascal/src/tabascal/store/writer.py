@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import shutil
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from tabascal.store.layout import (
     FORMAT_VERSION,
     ORBIT_FIELDS,
     SCALAR_ATTRS,
+    TLE_ATTR,
     TRUTH_DTYPES,
     TRUTH_PER_ANTENNA,
     Observation,
@@ -22,6 +24,7 @@ from tabascal.store.layout import (
     StoreError,
     default_chunk_rows,
 )
+from tabascal.tle import TleOrbits
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +88,7 @@ class ObservationWriter:
                 "satellite_names": list(m.orbits.names) if m.orbits.names else None,
                 "metadata": m.metadata,
                 **{name: float(getattr(m, name)) for name in SCALAR_ATTRS},
+                **_tle_attrs(m),
             }
         )
         small = {
@@ -93,8 +97,9 @@ class ObservationWriter:
             "ant_itrf": np.asarray(m.ant_itrf, dtype=np.float64),
             "times_s": np.asarray(m.times_s, dtype=np.float64),
             "freqs_hz": np.asarray(m.freqs_hz, dtype=np.float64),
-            **{f"satellites/{f}": getattr(m.orbits, f) for f in ORBIT_FIELDS},
         }
+        if not isinstance(m.orbits, TleOrbits):
+            small |= {f"satellites/{f}": getattr(m.orbits, f) for f in ORBIT_FIELDS}
         for name, data in small.items():
             group.create_array(name, data=data)
         cube, chunks = (m.n_bl, m.n_freq, m.n_time), (self.chunk_rows, m.n_freq, m.n_time)
@@ -203,6 +208,26 @@ class ObservationWriter:
         if self._tmp is not None and self._tmp.exists():
             shutil.rmtree(self._tmp)
         self._tmp = None
+
+
+def _tle_attrs(meta: ObservationMeta) -> dict:
+    """The TLE attribute of a store whose orbits are TLE element sets (else nothing).
+
+    The orbits are rebuilt from the store's own epoch and sidereal angle when read, so they
+    must be the observation's.
+    """
+    orbits = meta.orbits
+    if not isinstance(orbits, TleOrbits):
+        return {}
+    same_epoch = datetime.fromisoformat(orbits.epoch_utc) == datetime.fromisoformat(meta.epoch_utc)
+    if not same_epoch or not np.isclose(orbits.gast0_rad, meta.gast0_rad, rtol=0, atol=1e-12):
+        raise ValueError(
+            f"the TLE orbits were built for epoch {orbits.epoch_utc} and gast0_rad "
+            f"{orbits.gast0_rad}, the observation starts {meta.epoch_utc} with gast0_rad "
+            f"{meta.gast0_rad}; build them with the observation's (tle.load_tle_orbits)"
+        )
+    lines = {"line1": list(orbits.line1), "line2": list(orbits.line2)}
+    return {TLE_ATTR: {**lines, "ut1_utc_s": orbits.ut1_utc_s}}
 
 
 def write_observation(path, obs: Observation, *, overwrite: bool = False, chunk_rows=None) -> None:
