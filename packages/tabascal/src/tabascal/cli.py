@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from tabascal.cli_fit import add_demo, add_plan, add_run, use_devices
+from tabascal.measurement_set.commands import add_export_ms, add_import_ms
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -59,7 +60,8 @@ def _simulate(args: argparse.Namespace) -> int:
     print(f"wrote {args.output} in {time.perf_counter() - start:.1f} s")
     for line in _plan_lines(layout):
         print(line)
-    print(f"see: tabascal inspect {args.output}")
+    if not str(args.output).lower().endswith(".ms"):
+        print(f"see: tabascal inspect {args.output}")
     return 0
 
 
@@ -87,7 +89,12 @@ def _add_simulate(subparsers) -> None:
     )
     parser.add_argument("--preset", choices=sorted(PRESETS), help="named configuration")
     parser.add_argument("-c", "--config", help="YAML file of keys overriding the preset")
-    parser.add_argument("-o", "--output", help="store to create (a directory, e.g. obs.zarr)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        help="store to create (a directory, e.g. obs.zarr); a name ending in .ms writes a "
+        "Measurement Set",
+    )
     parser.add_argument("--seed", type=int, help="seed of every random draw (overrides config)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing store")
     parser.add_argument(
@@ -135,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_inspect(subparsers)
     add_run(subparsers)
     add_plan(subparsers)
+    add_import_ms(subparsers)
+    add_export_ms(subparsers)
     return parser
 
 

@@ -30,6 +30,7 @@ from tabascal.simulate.averaging import (
     sky_sampling,
 )
 from tabascal.simulate.beam import beam_x, interpolate_voltage, voltage_table
+from tabascal.simulate.satellites import SimulationError
 from tabascal.simulate.scene import JY, STREAM_FLAGS, Scene, build_scene
 from tabascal.store import ObservationWriter, default_chunk_rows, row_blocks
 
@@ -195,14 +196,28 @@ def _scratch(layout: SimulationPlan, m, where: Path):
     }
 
 
+def _require_ms_extra() -> None:
+    from tabascal.measurement_set import MissingExtraError
+    from tabascal.measurement_set._casacore import tables
+
+    try:
+        tables()
+    except MissingExtraError as err:
+        raise SimulationError(str(err)) from None
+
+
 def simulate(config: dict, output, *, overwrite: bool = False, progress: bool = False):
-    """Simulate the validated ``config`` into a new store at ``output``.
+    """Simulate the validated ``config`` into a new store at ``output``; a name ending in .ms
+    writes a Measurement Set instead (the 'ms' extra; see tabascal.measurement_set.writer).
 
     Returns (Scene, SimulationPlan). Refuses an existing ``output`` unless ``overwrite``.
     """
     output = Path(output)
     if output.exists() and not overwrite:
         raise FileExistsError(f"{output} already exists; pass overwrite to replace it")
+    as_ms = output.suffix.lower() == ".ms"
+    if as_ms:
+        _require_ms_extra()
     scene = build_scene(config)
     sim = config["simulation"]
     layout = plan(scene, sim["memory_mb"], sim["chunk_rows"])
@@ -221,8 +236,9 @@ def simulate(config: dict, output, *, overwrite: bool = False, progress: bool = 
     try:
         scratch = _scratch(layout, m, work / "scratch.zarr")
         _pass_one(scene, layout, scratch, table, progress)
+        store = work / "store.zarr" if as_ms else output
         with ObservationWriter(
-            output,
+            store,
             m,
             noise=None if np.ndim(scene.noise) else scene.noise,
             truth=True,
@@ -238,6 +254,10 @@ def simulate(config: dict, output, *, overwrite: bool = False, progress: bool = 
                 source_dec_rad=scene.sky.dec_rad,
                 source_flux_jy=scene.sky.flux(m.freqs_hz),
             )
+        if as_ms:
+            from tabascal.measurement_set import write_measurement_set
+
+            write_measurement_set(store, output, overwrite=overwrite)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return scene, layout

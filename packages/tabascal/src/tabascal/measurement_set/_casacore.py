@@ -1,0 +1,35 @@
+"""python-casacore, the optional extra ``tabascal[ms]``, imported only when a Measurement Set is
+read or written, so that the rest of tabascal works without it."""
+
+from __future__ import annotations
+
+INSTALL_HINT = 'pip install "tabascal[ms]"'
+
+
+class MissingExtraError(ImportError):
+    """python-casacore is not installed; the message says how to install it."""
+
+
+def _missing(err: ImportError) -> MissingExtraError:
+    return MissingExtraError(
+        f"Measurement Sets need python-casacore, which is not installed ({err}); "
+        f"install tabascal with the 'ms' extra: {INSTALL_HINT}"
+    )
+
+
+def tables():
+    """The ``casacore.tables`` module."""
+    try:
+        from casacore import tables as module
+    except ImportError as err:
+        raise _missing(err) from None
+    return module
+
+
+def measures():
+    """A new ``casacore.measures`` converter."""
+    try:
+        from casacore.measures import measures as make
+    except ImportError as err:
+        raise _missing(err) from None
+    return make()

@@ -1,0 +1,149 @@
+"""The ``tabascal import-ms`` and ``tabascal export-ms`` commands.
+
+Each ``add_<name>(subparsers)`` registers its parser and sets ``func``, which receives the
+parsed arguments and returns an exit status. Heavy modules are imported when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+CORRELATIONS = ("I", "XX", "YY", "RR", "LL")  # as measurement_set.correlations.CORRELATIONS
+
+
+def _selection_arguments(parser, column_help: str) -> None:
+    parser.add_argument("--column", default="DATA", help=column_help)
+    parser.add_argument(
+        "--correlation",
+        default="I",
+        type=str.upper,
+        choices=CORRELATIONS,
+        help="correlation to fit: a parallel hand, or Stokes I (stored, or (XX+YY)/2 or "
+        "(RR+LL)/2) [default I]",
+    )
+    parser.add_argument("--spw", type=int, help="spectral window id (needed if several)")
+    parser.add_argument("--field", type=int, help="field id (needed if several)")
+
+
+def _fail(command: str, err: BaseException) -> int:
+    print(f"tabascal {command}: error: {err}", file=sys.stderr)
+    return 2
+
+
+def _import_ms(args: argparse.Namespace) -> int:
+    from tabascal.measurement_set import MissingExtraError, MsError, import_measurement_set
+    from tabascal.store import StoreError
+    from tabascal.tle import TleError
+
+    if args.satellites and not args.tle:
+        return _fail("import-ms", ValueError("--satellites needs --tle FILE"))
+    try:
+        meta = import_measurement_set(
+            args.ms,
+            args.output,
+            overwrite=args.overwrite,
+            column=args.column,
+            correlation=args.correlation,
+            spw=args.spw,
+            field=args.field,
+            tle_file=args.tle,
+            satellites=args.satellites or None,
+            ut1_utc_s=args.ut1_utc,
+        )
+    except FileExistsError:
+        return _fail("import-ms", ValueError(f"{args.output} exists; add --overwrite"))
+    except (MissingExtraError, MsError, TleError, StoreError) as err:
+        return _fail("import-ms", err)
+    info = meta.metadata["measurement_set"]
+    print(
+        f"wrote {args.output} from {args.ms} ({info['column']}, correlation "
+        f"{info['correlation']}, spectral window {info['spw']}, field {info['field']})"
+    )
+    print(
+        f"  {meta.n_ant} stations, {meta.n_bl} baselines, {meta.n_freq} channels, "
+        f"{meta.n_time} integrations of {meta.int_time:g} s from {meta.epoch_utc}"
+    )
+    if info["autocorrelation_rows_dropped"]:
+        print(f"  {info['autocorrelation_rows_dropped']} autocorrelation rows left out")
+    if meta.n_sat:
+        names = ", ".join(meta.orbits.label(s) for s in range(meta.n_sat))
+        print(f"  {meta.n_sat} satellites: {names}")
+    else:
+        print(
+            "  no satellites: give --tle FILE --satellites N ... (or satellites in the run "
+            "configuration) before fitting"
+        )
+    print(f"see: tabascal inspect {args.output}")
+    return 0
+
+
+def add_import_ms(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "import-ms",
+        help="convert a Measurement Set into an observation store",
+        description="Read one data column, correlation, spectral window and field of a "
+        "Measurement Set (rows ordered by time, the same baselines in every integration; "
+        "autocorrelations are left out) into a zarr observation store. Needs the 'ms' extra: "
+        'pip install "tabascal[ms]".',
+    )
+    parser.add_argument("ms", help="the Measurement Set")
+    parser.add_argument("-o", "--output", required=True, help="store to create (e.g. obs.zarr)")
+    _selection_arguments(parser, "data column to read [default DATA]")
+    parser.add_argument("--tle", help="TLE file of the satellites' orbits")
+    parser.add_argument(
+        "--satellites",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="catalogue numbers of the satellites in --tle [default: all in the file]",
+    )
+    parser.add_argument(
+        "--ut1-utc",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="UT1 - UTC in s (IERS Bulletin A) for the TLE orbits [default 0]",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    parser.set_defaults(func=_import_ms)
+
+
+def _export_ms(args: argparse.Namespace) -> int:
+    from tabascal.measurement_set import MissingExtraError, MsError, export_results
+
+    try:
+        report = export_results(
+            args.results,
+            args.ms,
+            template=args.column,
+            correlation=args.correlation,
+            spw=args.spw,
+            field=args.field,
+            overwrite_columns=args.overwrite_columns,
+        )
+    except (MissingExtraError, MsError) as err:
+        return _fail("export-ms", err)
+    print(
+        f"added {', '.join(report.columns)} to {args.ms}: {report.n_rows} rows, correlation "
+        f"{report.correlations}; every other cell is 0"
+    )
+    return 0
+
+
+def add_export_ms(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "export-ms",
+        help="write a fit's sky, RFI and residuals into the Measurement Set",
+        description="Add the columns TAB_SKY_DATA, TAB_RFI_DATA and TAB_RES_DATA (shaped and "
+        "stored like --column) holding a fit's results in the rows and correlation(s) it "
+        "was fitted from. Existing columns are never modified. Give the selection options "
+        "the data were read with.",
+    )
+    parser.add_argument("results", help="results store of tabascal run (out/results.zarr)")
+    parser.add_argument("--ms", required=True, help="the Measurement Set the data came from")
+    _selection_arguments(parser, "column the new ones are modelled on [default DATA]")
+    parser.add_argument(
+        "--overwrite-columns", action="store_true", help="replace existing TAB_* columns"
+    )
+    parser.set_defaults(func=_export_ms)

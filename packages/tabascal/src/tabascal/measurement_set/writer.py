@@ -1,0 +1,217 @@
+"""Writing an observation store as a Measurement Set (``tabascal simulate -o obs.ms``).
+
+The MS has one spectral window (the store's channels, TOPO), one field (the phase centre,
+written in J2000 by :func:`~tabascal.measurement_set.frames.phase_centre_to_j2000`), one
+correlation of type I holding the store's visibilities, and rows ordered by (time, baseline)
+in the store's baseline order. UVW is in the J2000 frame and follows the MS convention,
+``uvw(ANTENNA2) - uvw(ANTENNA1)``, computed by casacore as CASA does: with tabascal's signal
+``S_a = A exp(+2 pi i f tau_a)`` and ``V = S_a1 conj(S_a2)``, a source at (l, m) then has
+``V = exp(-2 pi i (u l + v m + w (n - 1)) / lambda)``, as CASA expects (checked in the tests).
+SIGMA is the noise of each of the real and imaginary parts and ``WEIGHT = 1 / SIGMA^2``. The
+orbits and the store's metadata are kept in the table keywords ``TABASCAL_ORBITS`` and
+``TABASCAL_METADATA`` (JSON), which the reader uses when no other orbits are given; the truth
+is not written. The MS is built in a hidden sibling directory and renamed into place when
+complete.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+from tabascal.measurement_set import _casacore, frames
+from tabascal.measurement_set.correlations import STOKES_CODES
+from tabascal.measurement_set.reader import METADATA_KEYWORD, ORBITS_KEYWORD
+from tabascal.store import read_meta, read_observation, row_blocks, store_info
+from tabascal.tle import TleOrbits
+
+MEAS_FREQ_TOPO = 5  # casacore MFrequency::TOPO
+
+
+def orbits_keyword(orbits) -> dict | None:
+    """The TABASCAL_ORBITS record of ``orbits`` (None for no satellites)."""
+    if orbits.n_sat == 0:
+        return None
+    record = {} if orbits.names is None else {"names": list(orbits.names)}
+    if isinstance(orbits, TleOrbits):
+        lines = {"line1": list(orbits.line1), "line2": list(orbits.line2)}
+        return record | {"kind": "tle", **lines, "ut1_utc_s": orbits.ut1_utc_s}
+    fields = ("altitude_m", "inclination_rad", "raan_rad", "arg_lat_rad")
+    return record | {"kind": "circular"} | {f: np.asarray(getattr(orbits, f)) for f in fields}
+
+
+def _fill(tables, path: Path, name: str, columns: dict) -> None:
+    with tables.table(str(path / name), readonly=False, ack=False) as sub:
+        sub.addrows(1 if name != "ANTENNA" else len(columns["NAME"]))
+        for column, value in columns.items():
+            sub.putcol(column, value)
+
+
+def _subtables(tables, path: Path, meta, ra: float, dec: float, n_corr: int) -> None:
+    epoch = datetime.fromisoformat(meta.epoch_utc)
+    n_ant, n_chan = meta.n_ant, meta.n_freq
+    names = [f"ANT{a:03d}" for a in range(n_ant)]
+    _fill(
+        tables,
+        path,
+        "ANTENNA",
+        {
+            "NAME": names,
+            "STATION": names,
+            "TYPE": ["GROUND-BASED"] * n_ant,
+            "MOUNT": ["ALT-AZ"] * n_ant,
+            "POSITION": np.asarray(meta.ant_itrf, np.float64),
+            "DISH_DIAMETER": np.full(n_ant, meta.dish_diameter_m),
+        },
+    )
+    widths = np.full((1, n_chan), meta.chan_width)
+    _fill(
+        tables,
+        path,
+        "SPECTRAL_WINDOW",
+        {
+            "NUM_CHAN": np.array([n_chan]),
+            "CHAN_FREQ": meta.freqs_hz[None, :],
+            "CHAN_WIDTH": widths,
+            "EFFECTIVE_BW": widths,
+            "RESOLUTION": widths,
+            "REF_FREQUENCY": meta.freqs_hz[:1],
+            "TOTAL_BANDWIDTH": np.array([n_chan * meta.chan_width]),
+            "MEAS_FREQ_REF": np.array([MEAS_FREQ_TOPO]),
+            "NAME": ["tabascal"],
+        },
+    )
+    _fill(
+        tables,
+        path,
+        "POLARIZATION",
+        {
+            "NUM_CORR": np.array([n_corr]),
+            "CORR_TYPE": np.array([[STOKES_CODES["I"]]]),
+            "CORR_PRODUCT": np.zeros((1, 2, 1), np.int32),
+        },
+    )
+    _fill(
+        tables,
+        path,
+        "DATA_DESCRIPTION",
+        {
+            "SPECTRAL_WINDOW_ID": np.array([0]),
+            "POLARIZATION_ID": np.array([0]),
+        },
+    )
+    direction = np.array([[[ra, dec]]])
+    start = frames.mjd_seconds(epoch)
+    _fill(
+        tables,
+        path,
+        "FIELD",
+        {
+            "NAME": ["tabascal"],
+            "PHASE_DIR": direction,
+            "DELAY_DIR": direction,
+            "REFERENCE_DIR": direction,
+            "NUM_POLY": np.array([0]),
+            "TIME": np.array([start]),
+        },
+    )
+    _fill(
+        tables,
+        path,
+        "OBSERVATION",
+        {
+            "TELESCOPE_NAME": ["tabascal simulation"],
+            "TIME_RANGE": np.array([[start, start + meta.n_time * meta.int_time]]),
+        },
+    )
+
+
+def _rows(ms, meta, ra: float, dec: float) -> None:
+    """The columns that need no visibilities, for all rows (time-major, store baseline order)."""
+    n_bl, n_time = meta.n_bl, meta.n_time
+    epoch = datetime.fromisoformat(meta.epoch_utc)
+    time = np.repeat(frames.mjd_seconds(epoch) + meta.times_s, n_bl)
+    uvw = frames.j2000_antenna_uvw(meta.ant_itrf, meta.times_s, epoch, ra, dec)
+    columns = {
+        "TIME": time,
+        "TIME_CENTROID": time,
+        "INTERVAL": np.full(time.size, meta.int_time),
+        "EXPOSURE": np.full(time.size, meta.int_time),
+        "ANTENNA1": np.tile(meta.a1, n_time),
+        "ANTENNA2": np.tile(meta.a2, n_time),
+        "UVW": (uvw[:, meta.a2] - uvw[:, meta.a1]).reshape(-1, 3),
+        "SCAN_NUMBER": np.ones(time.size, np.int32),
+        "STATE_ID": np.full(time.size, -1, np.int32),
+        "PROCESSOR_ID": np.full(time.size, -1, np.int32),
+    }
+    for name, value in columns.items():
+        ms.putcol(name, value)
+
+
+def _write_block(ms, meta, obs) -> None:
+    """DATA, FLAG, SIGMA and WEIGHT of the baseline rows of ``obs`` at every integration."""
+    n = obs.n_bl
+    sigma = np.broadcast_to(np.asarray(obs.noise, np.float64), (n,))[:, None]
+    for t in range(meta.n_time):
+        first = t * meta.n_bl + obs.rows.start
+        ms.putcol("DATA", obs.vis[:, :, t, None], startrow=first, nrow=n)
+        ms.putcol("FLAG", obs.flags[:, :, t, None], startrow=first, nrow=n)
+        ms.putcol("SIGMA", sigma, startrow=first, nrow=n)
+        ms.putcol("WEIGHT", 1.0 / sigma**2, startrow=first, nrow=n)
+
+
+def write_measurement_set(store, path, *, overwrite: bool = False) -> None:
+    """Write the observation store at ``store`` as a new Measurement Set at ``path``.
+
+    Reads the store block of baseline rows by block. An existing ``path`` is an error unless
+    ``overwrite``; a failed write leaves nothing under ``path``.
+    """
+    tables = _casacore.tables()
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} already exists; pass overwrite to replace it")
+    meta, info = read_meta(store), store_info(store)
+    tmp = path.parent / f".{path.name}.partial-{uuid.uuid4().hex[:12]}"
+    data_desc = tables.makearrcoldesc(
+        "DATA",
+        0j,
+        ndim=2,
+        shape=[meta.n_freq, 1],
+        valuetype="complex",
+        comment="tabascal visibilities, Jy",
+    )
+    try:
+        with tables.default_ms(str(tmp), tables.maketabdesc([data_desc])) as ms:
+            t_mid = float(meta.times_s[0] + meta.times_s[-1]) / 2
+            epoch = datetime.fromisoformat(meta.epoch_utc)
+            ra, dec = frames.phase_centre_to_j2000(
+                meta.ra_rad, meta.dec_rad, meta.ant_itrf, epoch, meta.gast0_rad, t_mid
+            )
+            _subtables(tables, tmp, meta, ra, dec, n_corr=1)
+            ms.addrows(meta.n_bl * meta.n_time)
+            _rows(ms, meta, ra, dec)
+            for block in row_blocks(info.n_bl, info.chunk_rows):
+                _write_block(ms, meta, read_observation(store, block, truth=False))
+            record = orbits_keyword(meta.orbits)
+            if record is not None:
+                ms.putkeyword(ORBITS_KEYWORD, record)
+            ms.putkeyword(METADATA_KEYWORD, json.dumps(meta.metadata))
+        _publish(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _publish(tmp: Path, path: Path) -> None:
+    old = None
+    if path.exists():
+        old = path.parent / f".{path.name}.replaced-{uuid.uuid4().hex[:12]}"
+        path.rename(old)
+    tmp.rename(path)
+    if old is not None:
+        shutil.rmtree(old)
