@@ -1,0 +1,165 @@
+"""The joint model: gradients, sampling rule, bad input, and a fit from blind initialisation."""
+
+import dataclasses
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tabascal import fit, run_config
+from tabascal.cli_fit import DEMO_CONFIG
+from tabascal.geometry import CircularOrbits
+from tabascal.model import joint, rfi_vis
+from tabascal.store import read_observation
+
+jax.config.update("jax_enable_x64", True)
+
+
+@pytest.fixture(scope="module")
+def obs(small_store):
+    return read_observation(small_store)
+
+
+def test_required_samples_bound_the_midpoint_error_of_a_fringe():
+    # Direct evaluation: the n-point midpoint rule against the exact mean of exp(2 pi i w x)
+    # over x in [-1/2, 1/2], at the sample count the rule chose and at half of it.
+    snr, tol = 200.0, 0.1
+    cycles = np.array([0.0, 0.05, 0.3, 1.5, 2.7, 9.5])  # away from whole cycles, where the
+    # error vanishes by symmetry and no bound can be tight
+    n = rfi_vis.required_samples(cycles, snr, tol, max_samples=1024)
+    for w, k in zip(cycles, n, strict=True):
+        x = (np.arange(k) + 0.5) / k - 0.5
+        error = abs(np.mean(np.exp(2j * np.pi * w * x)) - np.sinc(w))
+        assert error * snr <= tol, (w, k, error)
+        if k > 1:
+            x = (np.arange(k // 2) + 0.5) / (k // 2) - 0.5
+            coarser = abs(np.mean(np.exp(2j * np.pi * w * x)) - np.sinc(w))
+            # The bound is not loose by more than the factor of 2 in n (4 in error) plus slack.
+            assert coarser * snr > tol / 16, (w, k, coarser)
+
+
+def test_small_groups_merge_upwards_to_the_group_limit():
+    time_cycles = np.array([0.0] * 10 + [0.4] * 2 + [1.5] * 10 + [6.0] * 10 + [40.0] * 3)
+    config = rfi_vis.RfiVisConfig(quadrature_limit=16, max_groups=3, tolerance=0.1)
+    labels, specs = rfi_vis.plan_groups(time_cycles, np.zeros_like(time_cycles), 100.0, config)
+    assert len(specs) == 3
+    assert specs[-1].operator == "analytic"
+    needed = rfi_vis.required_samples(time_cycles, 100.0, 0.1, 256)
+    for label, need in zip(labels, needed, strict=True):
+        spec = specs[label]
+        # Every baseline gets at least the sampling it needs (analytic integrates time exactly).
+        assert spec.operator == "analytic" or spec.n_time_samples >= need
+
+
+def test_loss_gradient_matches_finite_differences(obs):
+    config = run_config.model_config(run_config.load({"precision": "double"}))
+    model = joint.build(obs, config, init="prior", seed=3)
+    inputs = (model.constants, model.data)
+    loss = jax.jit(lambda p: joint.loss(p, inputs, model.spec)[0])
+    grad = jax.grad(loss)(model.params)
+    key = jax.random.key(7)
+    leaves, tree = jax.tree_util.tree_flatten(model.params)
+    keys = jax.random.split(key, len(leaves))
+    direction = tree.unflatten(
+        [jax.random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves, strict=True)]
+    )
+    h = 1e-5
+    shifted = [
+        loss(jax.tree_util.tree_map(lambda p, d, s=s: p + s * h * d, model.params, direction))
+        for s in (1.0, -1.0)
+    ]
+    numeric = (shifted[0] - shifted[1]) / (2 * h)
+    analytic = sum(
+        jnp.vdot(g, d)
+        for g, d in zip(jax.tree.leaves(grad), jax.tree.leaves(direction), strict=True)
+    )
+    np.testing.assert_allclose(float(analytic), float(numeric), rtol=1e-6)
+
+
+def test_demo_fit_from_data_estimates_reaches_the_noise_and_recovers_the_sky(demo_store):
+    # The `tabascal demo` configuration on the demo preset, initialised from the data alone.
+    obs = read_observation(demo_store)
+    config = run_config.load(DEMO_CONFIG)
+    model = joint.build(obs, run_config.model_config(config), init="data")
+    fit_cfg = run_config.fit_config(config)
+    optimizer = fit.make_optimizer(fit_cfg)
+    step = fit.make_step(partial(joint.loss, spec=model.spec), optimizer)
+    state, history = fit.run(
+        step,
+        fit.init_state(model.params, optimizer),
+        (model.constants, model.data),
+        fit_cfg,
+        progress=False,
+    )
+    prediction = joint.predict(state.params, model.constants, model.spec)
+    noise = float(np.mean(obs.noise))
+    sky_rmse = float(np.sqrt(np.mean(np.abs(np.asarray(prediction.sky) - obs.truth.sky_vis) ** 2)))
+    raw_rmse = float(np.sqrt(np.mean(np.abs(obs.vis - obs.truth.sky_vis) ** 2)))
+    print(
+        f"chi2 {history.chi2[0]:.4g} -> {history.chi2[-1]:.4g}; sky RMSE {sky_rmse / noise:.3g} "
+        f"noise, raw data {raw_rmse / noise:.3g} noise"
+    )
+    assert abs(history.chi2[-1] - 1.0) < 0.1
+    assert sky_rmse < raw_rmse / 5
+
+
+def _replace(obs, **changes):
+    return dataclasses.replace(obs, **changes)
+
+
+def test_unflagged_nan_is_refused_naming_the_cell(obs):
+    vis = obs.vis.copy()
+    vis[3, 1, 7] = np.nan
+    with pytest.raises(ValueError, match=r"\(3, 1, 7\)"):
+        joint.build(_replace(obs, vis=vis), joint.ModelConfig())
+
+
+def test_flagged_nan_is_accepted(obs):
+    vis, flags = obs.vis.copy(), obs.flags.copy()
+    vis[3, 1, 7] = np.nan
+    flags[3, 1, 7] = True
+    model = joint.build(_replace(obs, vis=vis, flags=flags), joint.ModelConfig())
+    loss = joint.loss(model.params, (model.constants, model.data), model.spec)[0]
+    assert np.isfinite(float(loss))
+    assert int(model.data.n_points) == obs.vis.size - 1
+
+
+def test_all_flagged_is_refused(obs):
+    with pytest.raises(ValueError, match="every visibility is flagged"):
+        joint.build(_replace(obs, flags=np.ones_like(obs.flags)), joint.ModelConfig())
+
+
+@pytest.mark.parametrize("noise", [0.0, -1.0])
+def test_non_positive_noise_is_refused(obs, noise):
+    with pytest.raises(ValueError, match="noise"):
+        joint.build(_replace(obs, noise=np.asarray(noise)), joint.ModelConfig())
+
+
+def test_integer_data_are_widened_not_narrowed(obs):
+    vis = np.round(obs.vis.real).astype(np.int32)
+    model = joint.build(_replace(obs, vis=vis), joint.ModelConfig(precision="double"))
+    assert model.data.vis.dtype == jnp.complex128
+    np.testing.assert_array_equal(np.asarray(model.data.vis).real, vis)
+
+
+def test_store_without_satellites_is_refused(obs):
+    empty = CircularOrbits(*(np.zeros(0) for _ in range(4)))
+    with pytest.raises(ValueError, match="no satellites"):
+        joint.build(_replace(obs, orbits=empty), joint.ModelConfig())
+
+
+def test_satellite_below_the_horizon_throughout_is_refused(obs):
+    o = obs.orbits
+    # Move the first satellite's orbit half a revolution on: it is then on the far side of
+    # the Earth for the whole (one-minute) observation.
+    moved = dataclasses.replace(o, arg_lat_rad=o.arg_lat_rad + np.array([np.pi, 0.0]))
+    with pytest.raises(ValueError, match="below the horizon"):
+        joint.build(_replace(obs, orbits=moved), joint.ModelConfig())
+
+
+def test_truth_initialisation_only_when_asked(obs):
+    with pytest.raises(ValueError, match="truth group"):
+        joint.build(_replace(obs, truth=None), joint.ModelConfig(), init="truth")
+    assert run_config.load(None)["fit"]["init"] == "data"
