@@ -130,7 +130,13 @@ def write_results(path: Path, prediction: joint.Prediction, data: joint.Data, ob
         group.create_array(name, shape=value.shape, dtype=value.dtype)[...] = value
     group.attrs["format"] = "tabascal.results"
     group.attrs["format_version"] = 1
+    # A directory cannot be renamed over a non-empty one: move the old results aside first,
+    # so that at every moment a complete results.zarr (old or new) is in place or being swapped.
+    old = path.with_name("." + path.name + ".old")
+    if path.exists():
+        os.replace(path, old)
     os.replace(partial_path, path)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _plot(out_dir: Path, history: fit.FitHistory, prediction, obs, config: dict) -> None:

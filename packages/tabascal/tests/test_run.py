@@ -1,0 +1,110 @@
+"""tabascal run: outputs, resume, refusal to overwrite, configuration errors and plan."""
+
+import json
+
+import numpy as np
+import pytest
+import zarr
+
+from tabascal import run, run_config
+from tabascal.cli import main
+from tabascal.config import ConfigError
+from tabascal.store import read_observation
+
+FEW_STEPS = {"fit": {"steps": 6, "checkpoint_every": 3}, "output": {"plots": False}}
+
+
+@pytest.fixture(scope="module")
+def obs(small_store):
+    return read_observation(small_store)
+
+
+def test_run_writes_results_summary_and_plots(obs, tmp_path):
+    config = run_config.load({"fit": {"steps": 4}})
+    summary = run.run(obs, tmp_path / "out", config, progress=False)
+    out = tmp_path / "out"
+    for name in ("results.zarr", "summary.json", "config.yaml", "loss.png", "baselines.png"):
+        assert (out / name).exists(), name
+    written = json.loads((out / "summary.json").read_text())
+    assert written == json.loads(json.dumps(summary))
+    for key in ("chi2_init", "chi2_final", "steps", "seconds_fit", "n_devices", "shard_axis"):
+        assert key in written
+    assert written["steps"] == 4 and written["shard_axis"] == "none"
+    assert len(written["per_device_peak_bytes"]) == written["n_devices"]
+    assert set(written["truth"]) == {"sky", "rfi", "gains", "raw_data"}
+    results = zarr.open_group(str(out / "results.zarr"), mode="r")
+    n_bl, n_freq, n_time = obs.vis.shape
+    for name in ("sky_vis", "rfi_vis", "model_vis", "residual"):
+        assert results[name].shape == (n_bl, n_freq, n_time)
+    # The residual is data minus model, row for row in the data's order.
+    np.testing.assert_allclose(
+        results["residual"][...], obs.vis - results["model_vis"][...], rtol=1e-5, atol=1e-4
+    )
+    np.testing.assert_array_equal(results["a1"][...], obs.a1)
+
+
+def test_resume_reaches_the_same_result_as_an_uninterrupted_run(obs, tmp_path):
+    whole = run.run(obs, tmp_path / "whole", run_config.load(FEW_STEPS), progress=False)
+    # Stop after the first checkpoint (3 steps), then resume to 6.
+    first = run_config.load(FEW_STEPS)
+    first["fit"]["steps"] = 3
+    run.run(obs, tmp_path / "split", first, progress=False)
+    resumed = run.run(
+        obs, tmp_path / "split", run_config.load(FEW_STEPS), resume=True, progress=False
+    )
+    assert resumed["steps"] == whole["steps"] == 6
+    assert resumed["chi2_final"] == whole["chi2_final"]
+    a = zarr.open_group(str(tmp_path / "whole" / "results.zarr"), mode="r")
+    b = zarr.open_group(str(tmp_path / "split" / "results.zarr"), mode="r")
+    np.testing.assert_array_equal(a["model_vis"][...], b["model_vis"][...])
+
+
+def test_a_non_empty_output_folder_is_never_overwritten_silently(obs, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(run.OutputExistsError, match="--overwrite"):
+        run.run(obs, out, run_config.load(FEW_STEPS), progress=False)
+    with pytest.raises(FileNotFoundError, match="--resume"):
+        run.run(obs, out, run_config.load(FEW_STEPS), resume=True, progress=False)
+    run.run(obs, out, run_config.load(FEW_STEPS), overwrite=True, progress=False)
+    # Overwriting replaces this program's outputs and leaves the user's own files alone.
+    assert (out / "notes.txt").read_text() == "mine"
+    assert (out / "summary.json").exists()
+
+
+def test_unknown_key_suggests_the_closest_and_bad_values_name_the_key():
+    with pytest.raises(ConfigError, match=r"did you mean 'fit\.learning_rate'"):
+        run_config.load({"fit": {"learning_rat": 0.1}})
+    with pytest.raises(ConfigError, match=r"'rfi\.quadrature_limit'"):
+        run_config.load({"rfi": {"quadrature_limit": -1}})
+    with pytest.raises(ConfigError, match=r"'gains\.kind'.*'unitary', 'gp'"):
+        run_config.load({"gains": {"kind": "spline"}})
+
+
+def test_shard_axis_precedence_command_line_then_config_then_environment(monkeypatch):
+    config = run_config.load({"sharding": {"axis": "source"}})
+    monkeypatch.setenv("TABASCAL_SHARD_AXIS", "baseline")
+    assert run_config.shard_axis("none", config) == "none"
+    assert run_config.shard_axis(None, config) == "source"
+    assert run_config.shard_axis(None, run_config.load(None)) == "baseline"
+    monkeypatch.setenv("TABASCAL_SHARD_AXIS", "antenna")
+    with pytest.raises(ConfigError, match="none, source, baseline"):
+        run_config.shard_axis(None, run_config.load(None))
+
+
+def test_run_and_plan_commands(small_store, tmp_path, capsys):
+    config = tmp_path / "config.yaml"
+    config.write_text("fit:\n  steps: 2\noutput:\n  plots: false\n")
+    out = tmp_path / "out"
+    assert main(["run", "-c", str(config), "--data", str(small_store), "-o", str(out), "-q"]) == 0
+    assert "reduced chi-squared" in capsys.readouterr().out
+    # A second run into the same folder is refused with a message, not a traceback.
+    assert main(["run", "-c", str(config), "--data", str(small_store), "-o", str(out)]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert main(["plan", "-c", str(config), "--data", str(small_store)]) == 0
+    assert "peak estimate per device" in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("fit:\n  stepz: 2\n")
+    assert main(["run", "-c", str(bad), "--data", str(small_store), "-o", str(tmp_path / "b")]) == 2
+    assert "did you mean 'fit.steps'" in capsys.readouterr().err
