@@ -1,0 +1,171 @@
+"""simulate -o obs.ms, the MS conventions it writes, and the import-ms / export-ms commands."""
+
+import dataclasses
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+import zarr
+from casacore import tables
+from msbuild import build_ms
+from sgp4.api import WGS72, Satrec
+from sgp4.exporter import export_tle
+
+from tabascal import geometry as geo
+from tabascal.cli import main
+from tabascal.measurement_set import frames, open_observation, read_observation_ms
+from tabascal.store import read_observation
+from tabascal.tle import TleOrbits
+
+SMALL = """
+array: {n_stations: 6}
+observation: {n_time: 4, n_freq: 2, flag_fraction: 0.1, sefd_spread: 0.1}
+sky: {n_sources: 2}
+"""
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory):
+    """The same simulation written as a zarr store and as a Measurement Set."""
+    where = tmp_path_factory.mktemp("sim")
+    (where / "sim.yaml").write_text(SMALL)
+    for name in ("obs.zarr", "obs.ms"):
+        args = ["simulate", "--preset", "demo", "-c", str(where / "sim.yaml"), "--seed", "3"]
+        assert main([*args, "-o", str(where / name), "-q"]) == 0
+    return where
+
+
+def test_simulated_ms_reads_as_the_simulated_store(simulated):
+    store = read_observation(simulated / "obs.zarr", truth=False)
+    ms = open_observation(simulated / "obs.ms")
+    assert ms.truth is None and np.ndim(store.noise) == 1
+    for f in dataclasses.fields(store):
+        a, b = getattr(store, f.name), getattr(ms, f.name)
+        if f.name == "orbits":
+            assert b.names == a.names
+            for name in ("altitude_m", "inclination_rad", "raan_rad", "arg_lat_rad"):
+                np.testing.assert_array_equal(getattr(b, name), getattr(a, name))
+        elif f.name == "metadata":
+            assert b["simulation"] == a["simulation"] and b["creator"] == a["creator"]
+        elif f.name == "noise":  # SIGMA is float32 in a Measurement Set
+            np.testing.assert_allclose(b, a, rtol=6e-8)
+        elif f.name in ("ra_rad", "dec_rad"):  # through J2000 and back with casacore
+            assert b == pytest.approx(a, abs=1e-12)
+        elif isinstance(a, np.ndarray):
+            np.testing.assert_array_equal(b, a)
+            assert b.dtype == a.dtype, f.name
+        else:
+            assert b == a, f.name
+
+
+def test_ms_visibilities_follow_the_casa_convention(simulated):
+    """A source's fringe phase in tabascal's convention, 2 pi f (tau[a1] - tau[a2]), equals
+    -2 pi (u l + v m + w (n - 1)) / lambda with the MS's own UVW and the source's J2000 offset
+    (l, m) from the MS phase centre: data and UVW make a consistent Measurement Set."""
+    m = read_observation(simulated / "obs.zarr", truth=False)
+    src_ra, src_dec = m.ra_rad + 0.02, m.dec_rad - 0.015
+    tau = geo.sky_delays(m.ant_itrf, m.times_s, m.gast0_rad, m.ra_rad, m.dec_rad, src_ra, src_dec)
+    ours = 2 * np.pi * m.freqs_hz[-1] * 1e-6 * (tau[m.a1, 0] - tau[m.a2, 0])  # (n_bl, n_time)
+    epoch = datetime.fromisoformat(m.epoch_utc)
+    t_mid = float(m.times_s[0] + m.times_s[-1]) / 2
+    args = (m.ant_itrf, epoch, m.gast0_rad, t_mid)
+    ra0, dec0 = frames.phase_centre_to_j2000(m.ra_rad, m.dec_rad, *args)
+    ra, dec = frames.phase_centre_to_j2000(src_ra, src_dec, *args)
+    l = np.cos(dec) * np.sin(ra - ra0)
+    mm = np.sin(dec) * np.cos(dec0) - np.cos(dec) * np.sin(dec0) * np.cos(ra - ra0)
+    n = np.sin(dec) * np.sin(dec0) + np.cos(dec) * np.cos(dec0) * np.cos(ra - ra0)
+    with tables.table(str(simulated / "obs.ms"), ack=False) as ms:
+        uvw = ms.getcol("UVW").reshape(m.n_time, m.n_bl, 3).transpose(1, 0, 2)
+    theirs = -2 * np.pi * (uvw @ np.array([l, mm, n - 1])) * m.freqs_hz[-1] / geo.C
+    assert np.abs(ours).max() > 50  # rad: a sign or frame error could not hide
+    # measured 8.6e-5 of the phase: annual aberration scales apparent offsets from the phase
+    # centre by 1 + v/c cos(angle) relative to J2000 ones, which imaging conventions ignore
+    np.testing.assert_allclose(theirs, ours, rtol=0, atol=2e-4 * np.abs(ours).max())
+
+
+@pytest.fixture
+def compilation_cache(tmp_path):
+    """jax's persistent compilation cache, so that a second identical fit is not recompiled."""
+    import jax
+
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+    old = [getattr(jax.config, name) for name in names]
+    jax.config.update(names[0], str(tmp_path / "xla-cache"))
+    jax.config.update(names[1], 0.0)
+    yield
+    for name, value in zip(names, old, strict=True):
+        jax.config.update(name, value)
+
+
+def test_simulated_ms_fits_to_the_same_chi_squared_as_the_store(tmp_path, compilation_cache):
+    """simulate -> MS -> run and simulate -> zarr -> run reach the same reduced chi-squared.
+    The noise, 2500 Jy / sqrt(2 x 200 kHz x 2.5 s) = 2.5 Jy, is exact in the MS's float32
+    SIGMA, so both fits see identical data."""
+    from tabascal import run, run_config
+    from tabascal.measurement_set import write_measurement_set
+    from tabascal.simulate import simulate, simulation_config
+
+    overrides = {
+        "array": {"n_stations": 5},
+        "observation": {"n_time": 4, "n_freq": 2, "chan_width_hz": 200e3, "int_time_s": 2.5},
+        "sky": {"n_sources": 2},
+    }
+    simulate(simulation_config("demo", overrides, seed=5), tmp_path / "obs.zarr")
+    write_measurement_set(tmp_path / "obs.zarr", tmp_path / "obs.ms")
+    config = run_config.load({"fit": {"steps": 3, "checkpoint_every": 0},
+                              "output": {"plots": False}})  # fmt: skip
+    summaries = [
+        run.run(open_observation(tmp_path / name), tmp_path / f"fit-{name}", config, progress=False)
+        for name in ("obs.zarr", "obs.ms")
+    ]
+    assert summaries[0]["chi2_final"] < summaries[0]["chi2_init"]
+    for key in ("chi2_init", "chi2_final"):
+        assert summaries[1][key] == pytest.approx(summaries[0][key], rel=1e-6)
+
+
+def _tle_file(path, numbers):
+    lines = []
+    for k, number in enumerate(numbers):
+        sat = Satrec()
+        epoch_days = datetime(2024, 6, 21, 6, tzinfo=UTC) - datetime(1949, 12, 31, tzinfo=UTC)
+        n = np.sqrt(geo.GM_EARTH / (geo.R_EARTH + 20_180e3) ** 3) * 60.0
+        sat.sgp4init(WGS72, "i", number, epoch_days.total_seconds() / 86400, 0.0, 0.0, 0.0,
+                     0.0, 0.0, 0.96, 0.5 * k, n, 1.0 + k)  # fmt: skip
+        lines += [f"GPS {number}", *export_tle(sat)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_import_ms_with_tle_then_export_ms(tmp_path, capsys):
+    ms = tmp_path / "a.ms"
+    build_ms(ms, n_time=3)
+    _tle_file(tmp_path / "gps.tle", [41019, 40294])
+    store = tmp_path / "a.zarr"
+    args = ["import-ms", str(ms), "-o", str(store), "--tle", str(tmp_path / "gps.tle")]
+    assert main([*args, "--satellites", "40294", "--correlation", "xx"]) == 0
+    out = capsys.readouterr().out
+    assert "1 satellites: GPS 40294" in out and "correlation XX" in out
+    obs = read_observation(store)
+    assert isinstance(obs.orbits, TleOrbits) and obs.orbits.catalogue_numbers == (40294,)
+    np.testing.assert_array_equal(obs.vis, read_observation_ms(ms, correlation="XX").vis)
+
+    results = zarr.open_group(str(tmp_path / "results.zarr"), mode="w")
+    arrays = {"sky_vis": obs.vis, "rfi_vis": obs.vis, "residual": obs.vis, "a1": obs.a1}
+    for name, value in (arrays | {"a2": obs.a2}).items():
+        results.create_array(name, data=value)
+    export = ["export-ms", str(tmp_path / "results.zarr"), "--ms", str(ms), "--correlation", "XX"]
+    assert main(export) == 0
+    assert "added TAB_SKY_DATA, TAB_RFI_DATA, TAB_RES_DATA" in capsys.readouterr().out
+    assert main(export) == 2
+    assert "already has column TAB_SKY_DATA" in capsys.readouterr().err
+    back = read_observation_ms(ms, column="TAB_SKY_DATA", correlation="XX")
+    np.testing.assert_array_equal(back.vis, obs.vis)
+
+
+def test_import_ms_errors_go_to_stderr(tmp_path, capsys):
+    build_ms(tmp_path / "a.ms", n_spw=2)
+    assert main(["import-ms", str(tmp_path / "a.ms"), "-o", str(tmp_path / "a.zarr")]) == 2
+    assert "choose one with --spw" in capsys.readouterr().err
+    args = ["import-ms", str(tmp_path / "a.ms"), "-o", str(tmp_path / "a.zarr")]
+    assert main([*args, "--satellites", "1"]) == 2
+    assert "--satellites needs --tle FILE" in capsys.readouterr().err
+    assert not (tmp_path / "a.zarr").exists()
