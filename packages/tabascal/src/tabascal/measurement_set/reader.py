@@ -26,6 +26,7 @@ integrations at a time.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from tabascal import geometry as geo
 from tabascal.measurement_set import _casacore, frames
 from tabascal.measurement_set.correlations import correlation_names, correlation_plan
 from tabascal.measurement_set.selection import MsError, scan, subtable
-from tabascal.store import Observation, ObservationMeta
+from tabascal.store import Observation, ObservationMeta, row_blocks
 from tabascal.tle import TleOrbits, load_tle_orbits
 
 log = logging.getLogger(__name__)
@@ -106,9 +107,12 @@ class MeasurementSetReader:
         try:
             self._open(tables, column, correlation, spw, field)
             self.meta = self._read_meta(tables, orbits, tle_file, satellites, ut1_utc_s)
+            noise = self._noise()
         except BaseException:
             self._table.close()
             raise
+        #: () when every selected row has the same SIGMA, else (n_bl,): float64 Jy
+        self.noise = np.float64(noise[0]) if np.all(noise == noise[0]) else noise
         self.stats = ReadStats(0, 0)
 
     def _open(self, tables, column, correlation, spw, field):
@@ -167,37 +171,46 @@ class MeasurementSetReader:
             )
         return noise
 
+    def _phase_centre(self, tables, ant_itrf, epoch, gast0: float, t_mid: float):
+        """(ra, dec) in tabascal's frame, and the FIELD PHASE_DIR record for the metadata."""
+        field = self.selection.field
+        with subtable(tables, self.path, "FIELD") as fields:
+            direction = np.asarray(fields.getcell("PHASE_DIR", field))
+            ref = fields.getcolkeyword("PHASE_DIR", "MEASINFO").get("Ref", "J2000")
+        if np.any(direction[1:] != 0):
+            raise MsError(
+                f"{self.path}: the phase centre of field {field} moves (PHASE_DIR has "
+                "polynomial terms); tabascal needs a fixed one"
+            )
+        try:
+            ra, dec = frames.phase_centre_from_ms(*direction[0], ref, ant_itrf, epoch, gast0, t_mid)
+        except ValueError as err:
+            raise MsError(f"{self.path}: {err}") from None
+        record = {"ref": ref, "ra_rad": float(direction[0, 0]), "dec_rad": float(direction[0, 1])}
+        return ra, dec, record
+
+    def _orbits(self, orbits, tle_file, satellites, ut1_utc_s, epoch, gast0: float):
+        """Given orbits, else those of the TLE file, else those tabascal stored, else none."""
+        if orbits is not None:
+            return orbits
+        if tle_file is not None:
+            return load_tle_orbits(
+                tle_file, satellites, epoch, gast0_rad=gast0, ut1_utc_s=ut1_utc_s
+            )
+        keywords = self._table.getkeywords()
+        if ORBITS_KEYWORD in keywords:
+            return orbits_from_keyword(keywords[ORBITS_KEYWORD], epoch.isoformat(), gast0)
+        return geo.CircularOrbits([], [], [], [])
+
     def _read_meta(self, tables, orbits, tle_file, satellites, ut1_utc_s) -> ObservationMeta:
         sel = self.selection
         used, names, ant_itrf, dish, a1, a2 = self._antennas(tables)
         epoch = frames.datetime_from_mjd_seconds(sel.time_mjd_s[0] - sel.interval_s / 2)
         times_s = sel.time_mjd_s - frames.mjd_seconds(epoch)
         gast0 = geo.greenwich_sidereal_angle(epoch)
-        with subtable(tables, self.path, "FIELD") as fields:
-            direction = np.asarray(fields.getcell("PHASE_DIR", sel.field))
-            ref = fields.getcolkeyword("PHASE_DIR", "MEASINFO").get("Ref", "J2000")
-        if np.any(direction[1:] != 0):
-            raise MsError(
-                f"{self.path}: the phase centre of field {sel.field} moves "
-                "(PHASE_DIR has polynomial terms); tabascal needs a fixed one"
-            )
         t_mid = float(times_s[0] + times_s[-1]) / 2
-        try:
-            ra, dec = frames.phase_centre_from_ms(*direction[0], ref, ant_itrf, epoch, gast0, t_mid)
-        except ValueError as err:
-            raise MsError(f"{self.path}: {err}") from None
-        keywords = self._table.getkeywords()
-        if orbits is None and tle_file is not None:
-            orbits = load_tle_orbits(
-                tle_file, satellites, epoch, gast0_rad=gast0, ut1_utc_s=ut1_utc_s
-            )
-        if orbits is None and ORBITS_KEYWORD in keywords:
-            orbits = orbits_from_keyword(keywords[ORBITS_KEYWORD], epoch.isoformat(), gast0)
-        if orbits is None:
-            orbits = geo.CircularOrbits([], [], [], [])
-        noise = self._noise()
-        self.noise = np.float64(noise[0]) if np.all(noise == noise[0]) else noise
-        metadata = json.loads(keywords.get(METADATA_KEYWORD, "{}"))
+        ra, dec, phase_dir = self._phase_centre(tables, ant_itrf, epoch, gast0, t_mid)
+        metadata = json.loads(self._table.getkeywords().get(METADATA_KEYWORD, "{}"))
         metadata["measurement_set"] = {
             "path": str(self.path.resolve()),
             "column": self.column,
@@ -205,11 +218,7 @@ class MeasurementSetReader:
             "correlations_in_data": correlation_names(sel.corr_types),
             "spw": sel.spw,
             "field": sel.field,
-            "phase_dir": {
-                "ref": ref,
-                "ra_rad": float(direction[0, 0]),
-                "dec_rad": float(direction[0, 1]),
-            },
+            "phase_dir": phase_dir,
             "antenna_ids": used.tolist(),
             "antenna_names": names,
             "autocorrelation_rows_dropped": sel.n_autocorrelations,
@@ -228,7 +237,7 @@ class MeasurementSetReader:
             epoch_utc=epoch.isoformat(),
             ra_rad=ra,
             dec_rad=dec,
-            orbits=orbits,
+            orbits=self._orbits(orbits, tle_file, satellites, ut1_utc_s, epoch, gast0),
             metadata=metadata,
         )
 
@@ -261,7 +270,8 @@ class MeasurementSetReader:
         per_time = max(1, n_rows * n_chan * n_corr * 8)
         self.stats = ReadStats(0, 0)
         channels = slice(None, None, -1) if sel.reversed else slice(None)
-        for times in _blocks(meta.n_time, max(1, BLOCK_BYTES // per_time)) if n_rows else ():
+        blocks = row_blocks(meta.n_time, max(1, BLOCK_BYTES // per_time)) if n_rows else []
+        for times in blocks:
             rownrs = sel.row_index[times, rows].ravel()
             shape = (times.stop - times.start, n_rows, n_chan)
             data = self._cells(self.column, rownrs)[:, channels]
@@ -272,7 +282,7 @@ class MeasurementSetReader:
             vis[:, :, times] = cells.transpose(1, 2, 0)
             flags[:, :, times] = bad.transpose(1, 2, 0)
         noise = self.noise if np.ndim(self.noise) == 0 else self.noise[rows]
-        fields = {f: getattr(meta, f) for f in ObservationMeta.__dataclass_fields__}
+        fields = {f.name: getattr(meta, f.name) for f in dataclasses.fields(ObservationMeta)}
         return Observation(
             **(fields | {"a1": meta.a1[rows], "a2": meta.a2[rows]}),
             vis=vis,
@@ -291,11 +301,6 @@ class MeasurementSetReader:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _blocks(n: int, size: int):
-    for start in range(0, n, size):
-        yield slice(start, min(start + size, n))
 
 
 def read_observation_ms(path, rows: slice | None = None, **options) -> Observation:
