@@ -143,7 +143,8 @@ def test_import_ms_with_tle_then_export_ms(tmp_path, capsys):
     args = ["import-ms", str(ms), "-o", str(store), "--tle", str(tmp_path / "gps.tle")]
     assert main([*args, "--satellites", "40294", "--correlation", "xx"]) == 0
     out = capsys.readouterr().out
-    assert "1 satellites: GPS 40294" in out and "correlation XX" in out
+    assert "1 satellites, elevation during the observation:\n    GPS 40294" in out
+    assert "correlation XX" in out
     obs = read_observation(store)
     assert isinstance(obs.orbits, TleOrbits) and obs.orbits.catalogue_numbers == (40294,)
     np.testing.assert_array_equal(obs.vis, read_observation_ms(ms, correlation="XX").vis)

@@ -31,6 +31,19 @@ def _fail(command: str, err: BaseException) -> int:
     return 2
 
 
+def _elevation_lines(meta) -> list[str]:
+    import numpy as np
+
+    from tabascal.geometry import satellite_elevation
+
+    el = np.rad2deg(satellite_elevation(meta.ant_itrf, meta.orbits, meta.times_s, meta.gast0_rad))
+    return [
+        f"    {meta.orbits.label(s):<16} {el[s].min():6.1f} to {el[s].max():6.1f} deg"
+        + ("  (below the horizon throughout: the fit will refuse it)" if el[s].max() <= 0 else "")
+        for s in range(meta.n_sat)
+    ]
+
+
 def _import_ms(args: argparse.Namespace) -> int:
     from tabascal.measurement_set import MissingExtraError, MsError, import_measurement_set
     from tabascal.store import StoreError
@@ -67,8 +80,9 @@ def _import_ms(args: argparse.Namespace) -> int:
     if info["autocorrelation_rows_dropped"]:
         print(f"  {info['autocorrelation_rows_dropped']} autocorrelation rows left out")
     if meta.n_sat:
-        names = ", ".join(meta.orbits.label(s) for s in range(meta.n_sat))
-        print(f"  {meta.n_sat} satellites: {names}")
+        print(f"  {meta.n_sat} satellites, elevation during the observation:")
+        for line in _elevation_lines(meta):
+            print(line)
     else:
         print(
             "  no satellites: give --tle FILE --satellites N ... (or satellites in the run "
