@@ -85,16 +85,20 @@ def test_ms_visibilities_follow_the_casa_convention(simulated):
 
 @pytest.fixture
 def compilation_cache(tmp_path):
-    """jax's persistent compilation cache, so that a second identical fit is not recompiled."""
+    """jax's persistent compilation cache, so that a second identical fit is not recompiled
+    (reset, since jax decides once per process, at its first compilation, whether to cache)."""
     import jax
+    from jax.experimental.compilation_cache import compilation_cache as cc
 
     names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
     old = [getattr(jax.config, name) for name in names]
     jax.config.update(names[0], str(tmp_path / "xla-cache"))
     jax.config.update(names[1], 0.0)
+    cc.reset_cache()
     yield
     for name, value in zip(names, old, strict=True):
         jax.config.update(name, value)
+    cc.reset_cache()
 
 
 def test_simulated_ms_fits_to_the_same_chi_squared_as_the_store(tmp_path, compilation_cache):
