@@ -75,10 +75,23 @@ def _summary_lines(summary: dict) -> list[str]:
     return lines
 
 
-def _read(path):
-    from tabascal.store import read_observation
+def _read(path, config: dict | None = None):
+    """The observation at ``path`` (zarr store or Measurement Set), with the orbits of the
+    config's TLE file when it names one."""
+    import dataclasses
 
-    return read_observation(path)
+    from tabascal.measurement_set import open_observation
+    from tabascal.tle import load_tle_orbits
+
+    obs = open_observation(path)
+    satellites = (config or {}).get("satellites", {})
+    if satellites.get("tle_file"):
+        orbits = load_tle_orbits(
+            satellites["tle_file"], satellites["catalogue_numbers"], obs.epoch_utc,
+            gast0_rad=obs.gast0_rad,
+        )  # fmt: skip
+        obs = dataclasses.replace(obs, orbits=orbits)
+    return obs
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -96,13 +109,13 @@ def _run(args: argparse.Namespace) -> int:
         config = _apply_flags(_load_config(args.config), args)
         axis = run_config.shard_axis(args.shard_axis, config)
         summary = run.run(
-            _read(args.data), Path(args.output), config, resume=args.resume,
+            _read(args.data, config), Path(args.output), config, resume=args.resume,
             overwrite=args.overwrite, shard_axis=axis, progress=not args.quiet,
         )  # fmt: skip
     except (ConfigError, StoreError, ValueError, FileExistsError, FileNotFoundError) as err:
         print(f"tabascal run: error: {err}", file=sys.stderr)
         return 2
-    except NotImplementedError as err:
+    except (NotImplementedError, ImportError) as err:
         print(f"tabascal run: error: {err}", file=sys.stderr)
         return 2
     print(f"tabascal run: wrote {args.output}")
@@ -165,9 +178,9 @@ def _plan(args: argparse.Namespace) -> int:
         return 2
     try:
         config = _apply_flags(_load_config(args.config), args)
-        obs = _read(args.data)
+        obs = _read(args.data, config)
         model = joint.build(obs, run_config.model_config(config), init=config["fit"]["init"])
-    except (ConfigError, StoreError, ValueError) as err:
+    except (ConfigError, StoreError, ValueError, ImportError) as err:
         print(f"tabascal plan: error: {err}", file=sys.stderr)
         return 2
     optimizer = fit.make_optimizer(run_config.fit_config(config))

@@ -100,6 +100,18 @@ SCHEMA = Section(
                 "seed": Option(int, 0, "seed of the prior draw (init: prior)", min=0),
             },
         ),
+        "satellites": Section(
+            "Satellite orbits, when they are not (or not only) in the observation.",
+            {
+                "tle_file": Option(
+                    str, None, "TLE file whose orbits replace the observation's", nullable=True
+                ),
+                "catalogue_numbers": Option(
+                    list, None, "NORAD catalogue numbers to take from tle_file; null takes "
+                    "every satellite in it", items=int, nullable=True,
+                ),
+            },
+        ),
         "output": Section(
             "What is written besides results.zarr and summary.json.",
             {
