@@ -1,3 +1,33 @@
-"""RFI-visibility operators for radio interferometers, in pure JAX."""
+"""RFI-visibility operators for radio interferometers, in pure JAX.
+
+Two operators turn per-antenna RFI signals on the data's (channel, time) grid into baseline
+visibilities averaged over each channel and integration: by quadrature over fine samples
+(:func:`quadrature_eval_with_indices`, :class:`RFIInterpVisOp`) or in closed form over time
+(:func:`analytic_eval_with_indices`, :class:`RFIAnalyticVisOp`). Baseline lists are validated
+once on the host by :func:`make_indices`; the table builders make the interpolation tables.
+"""
+
+from ri_kernels._analytic import analytic_eval_with_indices
+from ri_kernels._blocks import DEFAULT_MEMORY_BUDGET_BYTES
+from ri_kernels._indices import BaselineIndices, make_indices, stack_indices
+from ri_kernels._operators import RFIAnalyticVisOp, RFIInterpVisOp
+from ri_kernels._quadrature import quadrature_eval_with_indices
+from ri_kernels._tables import fine_offsets, lagrange_stencils, monomial_stencils, stencil_starts
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_MEMORY_BUDGET_BYTES",
+    "BaselineIndices",
+    "RFIAnalyticVisOp",
+    "RFIInterpVisOp",
+    "__version__",
+    "analytic_eval_with_indices",
+    "fine_offsets",
+    "lagrange_stencils",
+    "make_indices",
+    "monomial_stencils",
+    "quadrature_eval_with_indices",
+    "stack_indices",
+    "stencil_starts",
+]

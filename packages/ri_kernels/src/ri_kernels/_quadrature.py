@@ -1,9 +1,10 @@
 """Quadrature RFI-visibility operator in Gram form (DESIGN.md section 3).
 
-For each data cell (f, t) the fine-sampled signal ``X[a, k]`` over k = (source, fine channel,
+For each data cell (f, t) the fine-sampled signal ``X[k, a]`` over k = (source, fine channel,
 fine time) is built per antenna from the data grid, and the visibilities are entries of the
-Gram matrix ``X X^H / N`` read at the baseline list's pairs. Only the Gram rows (distinct
-``a1``) and columns (distinct ``a2``) the list needs are formed.
+Gram matrix ``X^T conj(X) / N`` read at the baseline list's pairs: a matmul per cell instead
+of a product per baseline and fine sample, with reversed pairs and autocorrelations for free.
+Short lists form only the Gram rows (distinct ``a1``) and columns (distinct ``a2``) they need.
 """
 
 from __future__ import annotations

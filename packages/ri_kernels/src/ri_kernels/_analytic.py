@@ -1,0 +1,245 @@
+"""Closed-form (analytic) RFI-visibility operator (DESIGN.md section 3).
+
+Within a cell each antenna's amplitude is a polynomial in x = 2 tau / int_time, and the
+pair's phase difference is the cubic ``phi0 + a x + b x**2 + c x**3`` of the delay's Taylor
+series (orders above 3 dropped). The time average is then exact:
+``sum_{j,k} c_p[j] conj(c_q[k]) W_{j+k}`` with the phase moments ``W_m`` of
+:func:`ri_kernels._phase_moments.phase_moments`. Only ``amp`` is differentiated.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.ad_checkpoint import checkpoint_name
+
+from ri_kernels import _validate
+from ri_kernels._blocks import (
+    DEFAULT_MEMORY_BUDGET_BYTES,
+    block_size,
+    cell_coordinates,
+    map_blocks,
+    padded_blocks,
+)
+from ri_kernels._phase_moments import phase_moments
+
+_FN = "analytic_eval_with_indices"
+_HIGHEST = jax.lax.Precision.HIGHEST
+_MOMENTS = "phase_moments"
+
+# Real values phase_moments keeps per element and segment (its quadratic moments, and the
+# stacked carries of its downward and elimination recurrences: about eight per moment
+# computed), plus the linear moments of its curvature expansion. An estimate for sizing
+# blocks; its arithmetic is float64 whenever x64 is enabled.
+_REALS_PER_MOMENT_SEGMENT = 8
+_REALS_PER_TERM = 4
+_REALS_FIXED = 32
+
+
+class _Signal(NamedTuple):
+    """Per-antenna inputs in the layouts the blocks gather from (antenna axis first)."""
+
+    amp: jax.Array  # (n_ant, n_freq, n_time, n_rfi)
+    phase: jax.Array  # (n_ant, n_freq, n_time, n_rfi)
+    delay: jax.Array  # (n_ant, n_time, n_rfi, 4): orders 0..3
+
+
+def _coefficients(signal, tables, antenna, cell_f, cell_t):
+    """Monomial coefficients in x of each pair end: (B,) antennas -> (B, C, n_rfi, u, m)."""
+    w_freq, start_freq, g_time, start_time = tables[:4]
+    freq_rows = start_freq[cell_f][:, None] + jnp.arange(w_freq.shape[1])
+    time_rows = start_time[cell_t][:, None] + jnp.arange(g_time.shape[1])
+    stencil = signal.amp[
+        antenna[:, None, None, None], freq_rows[None, :, :, None], time_rows[None, :, None]
+    ]  # (B, C, k, l, n_rfi)
+    return jnp.einsum(
+        "bcklr,cku,clm->bcrum", stencil, w_freq[cell_f], g_time[cell_t], precision=_HIGHEST
+    )
+
+
+def _phase_cubic(signal, tables, half_time, p, q, cell_f, cell_t):
+    """Pair phase ``phi0 + a x + b x**2 + c x**3`` (rad) over the cell, x in [-1, 1].
+
+    Returns phi0, a, b, c, each (B, C, n_rfi, n_int_f), from the differences of the centre
+    phases and of the delay orders 0..3 of p and q; nu = freq_mhz + dnu_mhz (MHz), delays in
+    us: MHz x us = cycles.
+    """
+    dnu_mhz, freq_mhz = tables[4:]
+    d_phase = signal.phase[p[:, None], cell_f, cell_t] - signal.phase[q[:, None], cell_f, cell_t]
+    d_delay = signal.delay[p[:, None], cell_t] - signal.delay[q[:, None], cell_t]
+    d = [d_delay[..., k, None] for k in range(4)]  # (B, C, n_rfi, 1)
+    nu = (freq_mhz[cell_f][:, None] + dnu_mhz)[:, None, :]  # (C, 1, n_int_f)
+    phi0 = d_phase[..., None] + 2 * math.pi * dnu_mhz * d[0]
+    a = 2 * math.pi * nu * d[1] * half_time
+    b = math.pi * nu * d[2] * half_time**2
+    c = (math.pi / 3) * nu * d[3] * half_time**3
+    return jnp.broadcast_arrays(phi0, a, b, c)
+
+
+def _bytes_per_pair_cell(amp, n_int_f, n_mom, segments, terms, cubic_terms):
+    """Approximate bytes of intermediates per (baseline, cell) while the moments are formed."""
+    n_computed = n_mom + 3 * cubic_terms
+    reals = _REALS_FIXED + _REALS_PER_TERM * terms
+    reals += _REALS_PER_MOMENT_SEGMENT * n_computed * segments
+    work = jax.dtypes.canonicalize_dtype(np.float64).itemsize
+    return amp.shape[1] * n_int_f * (work * reals + 4 * n_mom * amp.dtype.itemsize)
+
+
+def _block_plan(n_bl, n_freq, n_time, per_pair_cell, budget):
+    """Blocks of (baseline rows, cells): all baselines and as many cells as the budget allows,
+    or one cell and a share of the baselines. Returns the (n_blocks, ...) row and cell
+    coordinates and the grid shape (n_row_blocks, n_cell_blocks, rows, cells) per block."""
+    n_cells = n_freq * n_time
+    cells_per_block, n_cell_blocks = block_size(n_cells, n_bl * per_pair_cell, budget)
+    rows_per_block, n_row_blocks = block_size(n_bl, cells_per_block * per_pair_cell, budget)
+    rows = padded_blocks(n_bl, rows_per_block, n_row_blocks)
+    cell_f, cell_t = cell_coordinates(
+        padded_blocks(n_cells, cells_per_block, n_cell_blocks), n_time
+    )
+    coordinates = (
+        np.repeat(rows, n_cell_blocks, axis=0),
+        np.tile(cell_f, (n_row_blocks, 1)),
+        np.tile(cell_t, (n_row_blocks, 1)),
+    )
+    return coordinates, (n_row_blocks, n_cell_blocks, rows_per_block, cells_per_block)
+
+
+@functools.partial(
+    jax.jit, static_argnames=("segments", "terms", "cubic_terms", "memory_budget_bytes")
+)
+def _analytic(
+    indices,
+    amp,
+    phase,
+    delay_us,
+    tables,
+    int_time,
+    segments,
+    terms,
+    cubic_terms,
+    memory_budget_bytes,
+):
+    options = {"segments": segments, "terms": terms, "cubic_terms": cubic_terms}
+    _, n_rfi, n_freq, n_time = amp.shape
+    n_bl = indices.a1.shape[0]
+    if n_bl == 0:
+        return jnp.zeros((0, n_freq, n_time), amp.dtype)
+    phase, delay_us, tables, int_time = jax.lax.stop_gradient((phase, delay_us, tables, int_time))
+    signal = _Signal(
+        amp.transpose(0, 2, 3, 1), phase.transpose(0, 2, 3, 1), delay_us.transpose(0, 2, 1, 3)
+    )
+    n_int_f, n_coef = tables[0].shape[2], tables[2].shape[2]
+    n_mom = 2 * n_coef - 1
+    hankel = np.add.outer(np.arange(n_coef), np.arange(n_coef))  # W_{j+k} as a (j, k) matrix
+
+    def block(coordinates):
+        rows, cell_f, cell_t = coordinates
+        p, q = indices.a1[rows], indices.a2[rows]
+        cubic = _phase_cubic(signal, tables, int_time / 2, p, q, cell_f, cell_t)
+        moments = phase_moments(*cubic, n_mom, **options)  # (B, C, n_rfi, n_int_f, n_mom)
+        # Named as real and imaginary parts: jax 0.10.2 fails to save a complex residual by
+        # name (its remat inserts reduce_precision, which refuses complex dtypes).
+        moments = jax.lax.complex(
+            checkpoint_name(moments.real, _MOMENTS), checkpoint_name(moments.imag, _MOMENTS)
+        )
+        coef_p = _coefficients(signal, tables, p, cell_f, cell_t)
+        coef_q = _coefficients(signal, tables, q, cell_f, cell_t)
+        weighted = jnp.einsum("...jk,...k->...j", moments[..., hankel], coef_q.conj())
+        return jnp.sum(coef_p * weighted, axis=(2, 3, 4)) / n_int_f
+
+    per_pair_cell = _bytes_per_pair_cell(amp, n_int_f, n_mom, **options)
+    coordinates, grid = _block_plan(n_bl, n_freq, n_time, per_pair_cell, memory_budget_bytes)
+    # Keep the moments for reverse mode when all of them fit in the budget: they do not
+    # depend on amp, and recomputing them is most of a value-and-gradient's cost.
+    saved_bytes = n_bl * n_freq * n_time * n_rfi * n_int_f * n_mom * amp.dtype.itemsize
+    policy = None
+    if saved_bytes <= memory_budget_bytes:
+        policy = jax.checkpoint_policies.save_only_these_names(_MOMENTS)
+    ys = map_blocks(block, coordinates, policy).reshape(grid)
+    vis = ys.transpose(0, 2, 1, 3).reshape(grid[0] * grid[2], grid[1] * grid[3])
+    return vis[:n_bl, : n_freq * n_time].reshape(n_bl, n_freq, n_time)
+
+
+def analytic_eval_with_indices(
+    indices,
+    amp,
+    phase,
+    delay_us,
+    w_freq,
+    start_freq,
+    g_time,
+    start_time,
+    dnu_mhz,
+    int_time,
+    freq_mhz,
+    *,
+    segments: int = 2,
+    terms: int = 6,
+    cubic_terms: int = 3,
+    memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+):
+    """RFI visibilities in closed form over each integration, for the baselines of ``indices``.
+
+    For pair (p, q) = (a1[b], a2[b]) and fine channel u, with ``x = 2 tau / int_time``:
+    ``vis[b, f, t] = (1 / n_int_f) sum_{r, u} sum_{j, k} c_p[j] conj(c_q[k]) W_{j+k}`` where
+    ``c[m] = sum_{k, l} w_freq[f, k, u] g_time[t, l, m] amp[a, r, start_freq[f] + k,
+    start_time[t] + l]`` and ``W_m`` is the mean over x in [-1, 1] of
+    ``x**m exp(i (phi0 + a x + b x**2 + c x**3))`` (DESIGN.md section 3; delay derivatives
+    above the third are dropped).
+
+    Args:
+        indices: from :func:`make_indices` for ``n_ant`` antennas and ``n_bl`` baselines.
+        amp: (n_ant, n_rfi, n_freq, n_time) complex64 or complex128 signal per data cell.
+        phase: (n_ant, n_rfi, n_freq, n_time) real phase (rad) at each channel and cell centre.
+        delay_us: (n_ant, n_rfi, n_time, n_path >= 1) real delay (us) relative to the array
+            mean at each cell centre, then its time derivatives (us/s**k).
+        w_freq, start_freq: (n_freq, n_sf, n_int_f) real weights, (n_freq,) integer starts.
+        g_time, start_time: (n_time, n_st, n_coef) real monomial coefficients in x, n_coef in
+            1..9, and (n_time,) integer starts.
+        dnu_mhz: (n_int_f,) fine offsets from the channel centre (MHz).
+        int_time: integration time (s), a positive scalar.
+        freq_mhz: (n_freq,) channel centres (MHz).
+        segments, terms, cubic_terms: closed-form options, in 1..1024, 1..32 and 0..8.
+        memory_budget_bytes: approximate bytes of intermediates per block of (baseline, cell).
+
+    Returns:
+        (n_bl, n_freq, n_time) visibilities in amp's dtype.
+
+    Real arrays must be float32 with complex64 and float64 with complex128. Only ``amp`` is
+    differentiated: phase, delays, tables, offsets and channel centres are constants.
+    """
+    real, _, _, _ = _validate.signal(
+        _FN, indices, amp, phase, delay_us, w_freq, start_freq, dnu_mhz, freq_mhz
+    )
+    _, n_coef = _validate.stencil(
+        _FN, "g_time", g_time, "start_time", start_time, amp.shape[3], "n_time", real, "n_coef"
+    )
+    _validate.coefficients(_FN, n_coef)
+    _validate.int_time(_FN, int_time, real)
+    options = {
+        "segments": _validate.option(_FN, "segments", segments, 1, 1024),
+        "terms": _validate.option(_FN, "terms", terms, 1, 32),
+        "cubic_terms": _validate.option(_FN, "cubic_terms", cubic_terms, 0, 8),
+        "memory_budget_bytes": _validate.budget(_FN, memory_budget_bytes),
+    }
+    tables = (w_freq, start_freq.astype("int32"), g_time, start_time.astype("int32"))
+    tables += (dnu_mhz, freq_mhz)
+    int_time = jnp.asarray(int_time, real)
+    delay_us = _cubic_orders(delay_us)
+    return _analytic(indices, amp, phase, delay_us, tables, int_time, **options)
+
+
+def _cubic_orders(delay_us):
+    """delay_us with exactly the orders 0..3 the phase cubic uses: higher ones dropped, missing
+    ones zero. One compiled operator then serves every n_path."""
+    n_path = delay_us.shape[-1]
+    if n_path >= 4:
+        return delay_us[..., :4]
+    xp = np if isinstance(delay_us, np.ndarray) else jnp
+    zeros = xp.zeros((*delay_us.shape[:-1], 4 - n_path), delay_us.dtype)
+    return xp.concatenate([delay_us, zeros], axis=-1)
