@@ -64,17 +64,21 @@ def fresnel_aux(t):
     """
     t = jnp.asarray(t)
     coeffs, length = _WEIDEMAN[np.dtype(t.dtype)]
-    half_root_pi = 0.5 * math.sqrt(math.pi)
-    # L - iζ and L + iζ with ζ = (√π/2)(1 + i)t.
-    denom = lax.complex(length + half_root_pi * t, -half_root_pi * t)
-    numer = lax.complex(length - half_root_pi * t, half_root_pi * t)
-    inv = 1 / denom
-    z = numer * inv
-    poly = jnp.full_like(z, coeffs[0])
+    h = 0.5 * math.sqrt(math.pi) * t
+    # Real arithmetic throughout (XLA's complex division guards against overflow that cannot
+    # occur here). With ζ = (√π/2)(1 + i)t: L - iζ = (L + h) - ih and L + iζ = (L - h) + ih.
+    scale = 1 / ((length + h) ** 2 + h * h)
+    inv_re, inv_im = (length + h) * scale, h * scale  # 1/(L - iζ)
+    z_re = (length - h) * inv_re - h * inv_im
+    z_im = (length - h) * inv_im + h * inv_re
+    p_re, p_im = jnp.full_like(t, coeffs[0]), jnp.zeros_like(t)
     for a in coeffs[1:]:
-        poly = poly * z + a
-    w = inv / math.sqrt(math.pi) + 2 * poly * inv * inv
-    return (0.5 + 0.5j) * w
+        p_re, p_im = p_re * z_re - p_im * z_im + a, p_re * z_im + p_im * z_re
+    # w = inv/√π + 2 p inv², then G = (1 + i)/2 · w.
+    sq_re, sq_im = inv_re * inv_re - inv_im * inv_im, 2 * inv_re * inv_im
+    w_re = inv_re / math.sqrt(math.pi) + 2 * (p_re * sq_re - p_im * sq_im)
+    w_im = inv_im / math.sqrt(math.pi) + 2 * (p_re * sq_im + p_im * sq_re)
+    return lax.complex(0.5 * (w_re - w_im), 0.5 * (w_re + w_im))
 
 
 def fresnel_cs(x):
