@@ -21,6 +21,7 @@ from ri_kernels._fresnel import fresnel_aux, fresnel_cs  # noqa: E402
 from ri_kernels._phase_moments import (  # noqa: E402
     _expansion_switch,
     _log_tolerance,
+    _stationary_ratio,
     phase_moments,
 )
 
@@ -118,12 +119,14 @@ def test_large_winding_matches_quadrature(options):
 
 def test_both_sides_of_the_stationary_point_edges():
     # On the piece at x = +1/2 of two, α = (a + b)/2 and β = b/4 (c = 0): the design's
-    # Fresnel edge |α| = 2.5|β| is a = 0.25b or a = -2.25b; the ratio sweep crosses this
-    # implementation's edge |α| = κ|β| (κ ≈ 3.1) on both pieces as well.
+    # Fresnel edge |α| = 2.5|β| is a = 0.25b or a = -2.25b; this implementation's edge
+    # |α| = κ|β| is a = (κ/2 - 1)b or a = -(κ/2 + 1)b.
+    kappa = _stationary_ratio(N_MOMENTS - 1 + 9, 6, np.float64)
+    edges = (0.25, -2.25, kappa / 2 - 1, -kappa / 2 - 1)
     cases = []
     for b in (2.0, 8.0, -30.0, 120.0):
         cases += [[0.2, r * b, b, 0.0] for r in np.linspace(-4.5, 4.5, 19)]
-        cases += [[0.2, r * b * (1 + e), b, 0.0] for r in (0.25, -2.25) for e in (-1e-9, 0, 1e-9)]
+        cases += [[0.2, r * b * (1 + e), b, 0.0] for r in edges for e in (-1e-9, 0, 1e-9)]
     assert_matches_quadrature(cases)
 
 
