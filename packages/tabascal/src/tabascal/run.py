@@ -19,7 +19,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from tabascal import fit, memory, plots, run_config
+from tabascal import fit, memory, plots, run_config, sharding, source_sharding
 from tabascal.config import dump_yaml
 from tabascal.model import gains, joint, likelihood
 
@@ -165,25 +165,37 @@ def run(
 ) -> dict:
     """Fit ``obs`` (a ``tabascal.store.Observation``) with the validated ``config``; write the
     outputs to ``out_dir`` and return the summary."""
-    if shard_axis != "none":
-        raise NotImplementedError(
-            f"shard axis {shard_axis!r} is not available in this version; use 'none'"
-        )
+    routes = {"baseline": sharding, "source": source_sharding}
+    if shard_axis != "none" and shard_axis not in routes:
+        raise ValueError(f"shard axis {shard_axis!r} is not known; use none, baseline or source")
     out_dir = Path(out_dir)
     prepare_output(out_dir, resume=resume, overwrite=overwrite)
     fit_cfg = run_config.fit_config(config)
     model = joint.build(obs, run_config.model_config(config), init=config["fit"]["init"],
                         seed=config["fit"]["seed"])  # fmt: skip
     _write_atomically(out_dir / "config.yaml", dump_yaml(config))
-    inputs = (model.constants, model.data)
-    loss_fn = partial(joint.loss, spec=model.spec)
+    if shard_axis != "none":
+        route = routes[shard_axis]
+        sharded = route.shard_model(model, route.make_mesh())
+        params, inputs = sharded.params, (sharded.constants, sharded.data)
+        loss_fn = partial(route.loss, spec=sharded.spec)
+        predict_fn = partial(route.predict, spec=sharded.spec)
+        info = sharded.info
+    else:
+        params, inputs = model.params, (model.constants, model.data)
+        loss_fn = partial(joint.loss, spec=model.spec)
+        predict_fn = partial(joint.predict, spec=model.spec)
+        info = model.info
     optimizer = fit.make_optimizer(fit_cfg)
-    state = fit.init_state(model.params, optimizer)
+    state = fit.init_state(params, optimizer)
     history = None
     if resume:
+        template = state
         state, history = fit.load_checkpoint(out_dir / CHECKPOINTS, state)
+        if shard_axis != "none":
+            state = jax.device_put(state, jax.tree.map(lambda x: x.sharding, template))
         logger.info("resuming at step %d", int(state.step))
-    chi2_init = float(jax.jit(loss_fn)(model.params, inputs)[1]["chi2"])
+    chi2_init = float(jax.jit(loss_fn)(params, inputs)[1]["chi2"])
 
     compiled = fit.make_step(loss_fn, optimizer).lower(state, inputs).compile()
     stages = [memory.stage_memory(compiled)]
@@ -194,7 +206,10 @@ def run(
     )  # fmt: skip
     seconds_fit = time.perf_counter() - start
 
-    prediction = jax.jit(partial(joint.predict, spec=model.spec))(state.params, model.constants)
+    prediction = jax.jit(predict_fn)(state.params, inputs[0])
+    if shard_axis != "none":
+        # Padded rows dropped; the rows keep the data's order (ownership does not reorder).
+        prediction = route.unpad(prediction, sharded.spec)
     chi2_final = float(
         likelihood.reduced_chi2(prediction.model, model.data.vis, model.data.flags,
                                 model.data.noise, model.data.n_points)
@@ -208,7 +223,7 @@ def run(
         "shard_axis": shard_axis,
         "per_device_peak_bytes": memory.peak_bytes_per_device(stages),
         "step_memory": stages[0].as_dict(),
-        "model": model.info,
+        "model": info,
     }
     if obs.truth is not None:
         summary["truth"] = truth_metrics(prediction, obs, float(np.mean(model.data.noise)))
