@@ -115,8 +115,10 @@ def test_sharded_loss_and_gradient_equal_single_device(obs, route, n_dev):
     assert not np.any(np.asarray(rfi)[n_bl:]), "padded rows must carry no RFI"
     padded_groups = sum(int(g.n_padding.sum()) > 0 for g in plan.groups)
     assert (plan.n_ghost > 0) == (padded_groups > 0), plan.summary()
-    if route == "hybrid" and n_bl % n_dev:
-        assert padded_groups >= 2, plan.summary()  # ghosts in several groups on one device
+    if n_dev > 2 and route != "analytic":
+        # Measured plans: 3 devices pad the two groups by (1, 5, 0) and (4, 0, 7) rows, 4 devices
+        # by (3, 3, 6, 0) and (3, 3, 0, 6): ghosts in both groups, several on one device.
+        assert padded_groups >= 2, plan.summary()
     if (route, n_dev) in (("hybrid", 2), ("analytic", 4)):
         assert padded_groups == 0, plan.summary()  # every group divides evenly: no ghosts
     if route == "hybrid":
