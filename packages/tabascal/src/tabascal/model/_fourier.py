@@ -220,3 +220,29 @@ def fit_modes(
 
     z, *_ = jax.lax.fori_loop(0, n_iter, step, (jnp.zeros_like(r0), r0, s0, rs0))
     return z
+
+
+def fit_estimate(estimate, flags, mean, noise, amp, dft_freq, dft_time, n_iter: int) -> jax.Array:
+    """Stacked whitened modes (..., 2, n_kf, n_kt) whose grid best fits ``estimate`` (MAP).
+
+    Minimises sum_unflagged |grid(z) + mean - estimate|^2 / (2 noise^2) + |z|^2 / 2 for every
+    leading element on its own (``fit_modes``); flagged or non-finite cells are left out.
+    estimate: (..., n_freq, n_time) complex; flags: the same shape, bool, or None; mean: (...)
+    complex; noise: scalar or broadcastable to mean's shape (> 0); amp: (..., n_kf, n_kt) real.
+    """
+    estimate = jnp.asarray(estimate)
+    use = jnp.isfinite(estimate)
+    if flags is not None:
+        use = use & ~jnp.asarray(flags)
+    target = jnp.where(use, estimate, 0) - mean[..., None, None]
+    noise = jnp.broadcast_to(jnp.asarray(noise, amp.dtype), mean.shape)
+    z = fit_modes(
+        target.astype(dft_time.dtype),
+        use.astype(amp.dtype),
+        amp,
+        dft_freq,
+        dft_time,
+        (2.0 * jnp.square(noise))[..., None, None],
+        n_iter,
+    )
+    return stacked_from_complex(z)

@@ -177,19 +177,8 @@ def init_from_estimate(
     (n_ant, n_src), std of its real and imaginary parts (> 0); flags: same shape as amp, bool,
     or None; n_iter: conjugate-gradient iterations (static).
     """
-    amp = jnp.asarray(amp)
-    use = jnp.isfinite(amp)
-    if flags is not None:
-        use = use & ~jnp.asarray(flags)
-    target = jnp.where(use, amp, 0) - constants.mean[:, :, None, None]
-    noise = jnp.broadcast_to(jnp.asarray(noise, constants.scale.dtype), constants.scale.shape)
-    z = _fourier.fit_modes(
-        target.astype(constants.dft_time.dtype),
-        use.astype(constants.scale.dtype),
-        _amplitude(constants),
-        constants.dft_freq,
-        constants.dft_time,
-        (2.0 * jnp.square(noise))[:, :, None, None],
-        n_iter,
-    )
-    return RfiSignalParams(_fourier.stacked_from_complex(z))
+    z = _fourier.fit_estimate(
+        amp, flags, constants.mean, noise, _amplitude(constants), constants.dft_freq,
+        constants.dft_time, n_iter,
+    )  # fmt: skip
+    return RfiSignalParams(z)

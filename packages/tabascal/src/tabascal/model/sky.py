@@ -263,22 +263,11 @@ def init_from_data(
     imaginary parts (data units, > 0); flags: (n_bl, n_freq, n_time) bool or None.
     n_iter: conjugate-gradient iterations (static).
     """
-    vis = jnp.asarray(vis)
-    use = jnp.isfinite(vis)
-    if flags is not None:
-        use = use & ~jnp.asarray(flags)
-    target = jnp.where(use, vis, 0) - constants.mean[:, None, None]
-    noise = jnp.broadcast_to(jnp.asarray(noise, constants.scale.dtype), constants.scale.shape)
-    z = _fourier.fit_modes(
-        target.astype(constants.dft_time.dtype),
-        use.astype(constants.scale.dtype),
-        _amplitude(constants),
-        constants.dft_freq,
-        constants.dft_time,
-        (2.0 * jnp.square(noise))[:, None, None],
-        n_iter,
-    )
-    return SkyParams(_fourier.stacked_from_complex(z))
+    z = _fourier.fit_estimate(
+        vis, flags, constants.mean, noise, _amplitude(constants), constants.dft_freq,
+        constants.dft_time, n_iter,
+    )  # fmt: skip
+    return SkyParams(z)
 
 
 def mean_from_data(vis, flags=None) -> jax.Array:
