@@ -34,8 +34,8 @@ from tabascal.model import gains, joint, likelihood, rfi_signal, rfi_vis, sky
 AXIS = "bl"
 
 
-def make_mesh(n_dev: int | None = None) -> Mesh:
-    """A 1-D mesh named "bl" over the first ``n_dev`` devices (all of them when None)."""
+def make_mesh(n_dev: int | None = None, axis: str = AXIS) -> Mesh:
+    """A 1-D mesh named ``axis`` over the first ``n_dev`` devices (all of them when None)."""
     devices = jax.devices()
     n_dev = len(devices) if n_dev is None else n_dev
     if not 1 <= n_dev <= len(devices):
@@ -43,7 +43,7 @@ def make_mesh(n_dev: int | None = None) -> Mesh:
             f"make_mesh: {n_dev} devices asked for but {len(devices)} are visible; on CPU, set "
             f"XLA_FLAGS=--xla_force_host_platform_device_count={n_dev} before importing jax"
         )
-    return Mesh(np.asarray(devices[:n_dev]), (AXIS,))
+    return Mesh(np.asarray(devices[:n_dev]), (axis,))
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from tabascal import sharding
 from tabascal.model import gains, joint, likelihood, rfi_signal, rfi_vis, sky
 
 AXIS = "src"
@@ -29,14 +30,7 @@ SOURCE = P(None, AXIS)  # per-source arrays: (n_ant, n_src, ...)
 
 def make_mesh(n_dev: int | None = None) -> Mesh:
     """A 1-D mesh named "src" over the first ``n_dev`` devices (all of them when None)."""
-    devices = jax.devices()
-    n_dev = len(devices) if n_dev is None else n_dev
-    if not 1 <= n_dev <= len(devices):
-        raise ValueError(
-            f"make_mesh: {n_dev} devices asked for but {len(devices)} are visible; on CPU, set "
-            f"XLA_FLAGS=--xla_force_host_platform_device_count={n_dev} before importing jax"
-        )
-    return Mesh(np.asarray(devices[:n_dev]), (AXIS,))
+    return sharding.make_mesh(n_dev, axis=AXIS)
 
 
 @dataclass(frozen=True)
