@@ -195,8 +195,6 @@ def run(
         if shard_axis != "none":
             state = jax.device_put(state, jax.tree.map(lambda x: x.sharding, template))
         logger.info("resuming at step %d", int(state.step))
-    chi2_init = float(jax.jit(loss_fn)(params, inputs)[1]["chi2"])
-
     compiled = fit.make_step(loss_fn, optimizer).lower(state, inputs).compile()
     stages = [memory.stage_memory(compiled)]
     start = time.perf_counter()
@@ -205,6 +203,13 @@ def run(
         checkpoint_dir=out_dir / CHECKPOINTS, progress=progress,
     )  # fmt: skip
     seconds_fit = time.perf_counter() - start
+    # Each step reports the loss at the parameters it starts from, so the first step's figure
+    # (kept in the history, across resumes) is the initial chi-squared; only a fit of zero
+    # steps needs its own evaluation.
+    if len(history.chi2):
+        chi2_init = float(history.chi2[0])
+    else:
+        chi2_init = float(jax.jit(loss_fn)(params, inputs)[1]["chi2"])
 
     prediction = jax.jit(predict_fn)(state.params, inputs[0])
     if shard_axis != "none":
