@@ -1,0 +1,40 @@
+"""One process of a 2-process run: agreement on failures, and rows gathered to every process.
+
+argv: coordinator process_id fail_in (a process id, or -1 for no failure)
+"""
+
+import os
+import sys
+
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+
+from tabascal import distributed
+
+coordinator, process_id, fail_in = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+distributed.initialize(distributed.launch_from(
+    {}, coordinator=coordinator, num_processes=2, process_id=process_id
+))  # fmt: skip
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
+
+mesh = jax.make_mesh((jax.device_count(),), ("bl",))
+host = np.arange(8 * 3, dtype=np.float64).reshape(8, 3)
+x = jax.make_array_from_callback(
+    host.shape, NamedSharding(mesh, PartitionSpec("bl")), lambda index: host[index]
+)
+print("local rows", sorted(s.index[0].start for s in x.addressable_shards), flush=True)
+blocks = [distributed.host_rows(x, start, min(start + 3, 8)) for start in range(0, 8, 3)]
+print("gathered equal", bool(np.array_equal(np.concatenate(blocks), host)), flush=True)
+try:
+    with distributed.stage("checking the output folder"):
+        if process_id == fail_in:
+            raise FileExistsError("out/ is not empty")
+except distributed.PeerFailure as err:
+    print("peer failure:", err, flush=True)
+    sys.exit(3)
+except FileExistsError as err:
+    print("own failure:", err, flush=True)
+    sys.exit(2)
+print("writer", distributed.is_writer(), flush=True)
