@@ -24,6 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from tabascal import distributed
+
 logger = logging.getLogger(__name__)
 
 OPTIMIZERS = ("adabelief", "adam", "sgd")
@@ -125,7 +127,11 @@ def run(
     if len(losses) != done:
         raise ValueError(f"history holds {len(losses)} steps but the state has taken {done}")
     bar = tqdm(
-        total=config.total_steps, initial=done, disable=not progress, unit="step", leave=False
+        total=config.total_steps,
+        initial=done,
+        unit="step",
+        leave=False,
+        disable=not (progress and distributed.is_writer()),
     )
     try:
         for _ in range(done, config.total_steps):
@@ -152,16 +158,27 @@ def _leaf_names(tree) -> list[str]:
     return [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_leaves_with_path(tree)]
 
 
+def _host(leaf) -> np.ndarray:
+    """A state leaf as numpy, whether or not all of it lives in this process."""
+    if not isinstance(leaf, jax.Array) or leaf.is_fully_addressable:
+        return np.asarray(jax.device_get(leaf))
+    if leaf.sharding.is_fully_replicated:
+        return np.asarray(leaf.addressable_data(0))
+    return distributed.host_rows(leaf, 0, leaf.shape[0])
+
+
 def save_checkpoint(directory: Path, state: FitState, history: FitHistory) -> Path:
     """Write ``state`` and ``history`` to ``directory/checkpoint.npz`` atomically."""
     directory = Path(directory)
+    # In a multi-process run every process takes part in gathering the leaves; process 0 writes.
+    arrays = {f"leaf_{i}": _host(leaf) for i, leaf in enumerate(jax.tree_util.tree_leaves(state))}
+    final = directory / CHECKPOINT_NAME
+    if not distributed.is_writer():
+        return final
     directory.mkdir(parents=True, exist_ok=True)
-    leaves = jax.device_get(jax.tree_util.tree_leaves(state))
-    arrays = {f"leaf_{i}": np.asarray(leaf) for i, leaf in enumerate(leaves)}
     arrays["leaf_names"] = np.array(_leaf_names(state))
     arrays["history_loss"] = history.loss
     arrays["history_chi2"] = history.chi2
-    final = directory / CHECKPOINT_NAME
     partial = directory / (CHECKPOINT_NAME + ".partial")
     with open(partial, "wb") as f:
         np.savez(f, **arrays)
