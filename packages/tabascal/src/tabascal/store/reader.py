@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,8 @@ from tabascal.store.layout import (
     Truth,
 )
 from tabascal.tle import TleError, TleOrbits
+
+logger = logging.getLogger(__name__)
 
 REQUIRED = ("vis", "flags", "noise", "a1", "a2", "ant_itrf", "times_s", "freqs_hz")
 
@@ -196,6 +199,7 @@ def read_observation(path, rows: slice | None = None, *, truth: bool = True) -> 
     if step != 1:
         raise ValueError(f"read_observation: rows must be contiguous, got step {step}")
     rows = slice(start, max(start, stop))
+    logger.debug("reading baseline rows %d..%d of %s", rows.start, rows.stop, path)
     noise = group["noise"][rows] if info.noise_per_baseline else group["noise"][()]
     found = None
     if truth and info.has_truth:
