@@ -9,8 +9,12 @@ unflagged complex data point (``likelihood.loss``).
 
 ``build`` does all host-side work once: geometry (delays, centre phases, fringe rates), the
 grouping of baselines by fine sampling, the components' constants and the initial whitened
-parameters. ``predict`` and ``loss`` are pure functions of (params, constants, data) with the
-static ``ModelSpec`` closed over, so they jit, differentiate and shard.
+parameters. Everything but the per-row arrays follows from the metadata and a few mergeable
+data statistics (``data_stats``), so ``abstract_model`` makes the same model from the metadata
+alone, with the per-row arrays as ``jax.ShapeDtypeStruct``s, for compiling and sizing every
+stage before any data is read. ``predict`` and ``loss`` are pure functions of (params,
+constants, data) with the static ``ModelSpec`` closed over, so they jit, differentiate and
+shard.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import numpy as np
 
 from tabascal import geometry
 from tabascal.model import gains, likelihood, rfi_signal, rfi_vis, sky
+from tabascal.model.data_stats import DataStats, MeanPower
 
 logger = logging.getLogger(__name__)
 
@@ -135,40 +140,37 @@ def loss(params: ModelParams, inputs: tuple[ModelConstants, Data], spec: ModelSp
     return value, {"chi2": nll / data.n_points.astype(nll.dtype)}
 
 
-def _fov_radius_rad(config: ModelConfig, obs) -> float:
+def _fov_radius_rad(config: ModelConfig, meta) -> float:
     if config.fov_radius_deg is not None:
         return float(np.deg2rad(config.fov_radius_deg))
-    return float(1.22 * geometry.C / (np.min(obs.freqs_hz) * obs.dish_diameter_m))
+    return float(1.22 * geometry.C / (np.min(meta.freqs_hz) * meta.dish_diameter_m))
 
 
-def _rfi_level(vis: np.ndarray, flags: np.ndarray, n_src: int) -> float:
-    """Typical per-antenna RFI amplitude (sqrt of data units) from the brightest data.
-
-    On the shortest baselines the RFI barely decorrelates, so |V| ~ n_src |A|^2 there; the
-    99th percentile of |V| over unflagged cells stands in for it.
-    """
-    magnitude = np.abs(vis[~flags]) if flags.any() else np.abs(vis).ravel()
-    return float(np.sqrt(max(np.percentile(magnitude, 99.0), 1e-30) / n_src))
-
-
-def check_observation(obs) -> None:
-    """Refuse observations the model cannot fit, before any heavy work (host)."""
-    if obs.orbits.n_sat == 0:
+def check_metadata(meta) -> None:
+    """Refuse observations whose geometry the model cannot fit (host, metadata only)."""
+    if meta.orbits.n_sat == 0:
         raise ValueError(
             "the observation has no satellites: the model needs at least one orbit to fit RFI"
         )
-    if np.all(obs.flags):
-        raise ValueError("every visibility is flagged: there is nothing to fit")
-    likelihood.validate_vis(obs.vis, obs.flags)
-    likelihood.resolve_noise(obs.noise, obs.vis.shape[0])
-    elevation = geometry.satellite_elevation(obs.ant_itrf, obs.orbits, obs.times_s, obs.gast0_rad)
+    elevation = geometry.satellite_elevation(
+        meta.ant_itrf, meta.orbits, meta.times_s, meta.gast0_rad
+    )
     below = np.flatnonzero(np.all(elevation <= 0, axis=1))
     if below.size:
-        names = ", ".join(obs.orbits.label(int(s)) for s in below)
+        names = ", ".join(meta.orbits.label(int(s)) for s in below)
         raise ValueError(
             f"satellite(s) {names} stay below the horizon for the whole observation; "
             "remove them from the store's orbits"
         )
+
+
+def check_observation(obs) -> None:
+    """Refuse observations the model cannot fit, before any heavy work (host)."""
+    if np.all(obs.flags):
+        raise ValueError("every visibility is flagged: there is nothing to fit")
+    likelihood.validate_vis(obs.vis, obs.flags)
+    likelihood.resolve_noise(obs.noise, obs.vis.shape[0])
+    check_metadata(obs)
 
 
 def _data(obs, real) -> Data:
@@ -185,29 +187,111 @@ def _data(obs, real) -> Data:
     )
 
 
-def _groups(obs, delay_us, snr, config: ModelConfig, real):
-    n_ant = obs.ant_itrf.shape[0]
-    time_cycles, freq_cycles = geometry.rfi_fringe_winding(
-        delay_us, obs.a1, obs.a2, obs.freqs_hz, obs.int_time, obs.chan_width
+class Geometry(NamedTuple):
+    """What the model derives from the observation's metadata alone (host, float64).
+
+    delay_us: (n_ant, n_src, n_time, 4) RFI delays and their time derivatives; phase: (n_ant,
+    n_src, n_freq, n_time) centre phases (rad); time_cycles, freq_cycles: (n_bl,) largest RFI
+    fringe winding per cell; sky_fringe_rate_hz: (n_bl,) largest sky fringe rate in the field of
+    radius fov_radius_rad.
+    """
+
+    delay_us: np.ndarray
+    phase: np.ndarray
+    time_cycles: np.ndarray
+    freq_cycles: np.ndarray
+    sky_fringe_rate_hz: np.ndarray
+    fov_radius_rad: float
+
+
+def observation_geometry(meta, config: ModelConfig) -> Geometry:
+    """Delays, phases and fringe rates of ``meta`` (an ``ObservationMeta`` or ``Observation``)."""
+    delay_us = geometry.rfi_delays(
+        meta.ant_itrf, meta.orbits, meta.times_s, meta.gast0_rad, meta.ra_rad, meta.dec_rad, 3
     )
-    labels, specs = rfi_vis.plan_groups(time_cycles, freq_cycles, snr, config.rfi_vis)
+    time_cycles, freq_cycles = geometry.rfi_fringe_winding(
+        delay_us, meta.a1, meta.a2, meta.freqs_hz, meta.int_time, meta.chan_width
+    )
+    fov = _fov_radius_rad(config, meta)
+    fringe_rate = geometry.max_sky_fringe_rate(
+        meta.ant_itrf, meta.a1, meta.a2, meta.times_s, meta.gast0_rad, meta.ra_rad, meta.dec_rad,
+        meta.freqs_hz, fov,
+    )  # fmt: skip
+    return Geometry(
+        delay_us, geometry.centre_phase(delay_us, meta.freqs_hz), time_cycles, freq_cycles,
+        fringe_rate, fov,
+    )  # fmt: skip
+
+
+def _groups(meta, geom: Geometry, snr: float, config: ModelConfig, real):
+    labels, specs = rfi_vis.plan_groups(geom.time_cycles, geom.freq_cycles, snr, config.rfi_vis)
     tables = tuple(
         rfi_vis.make_group_tables(
-            spec, np.flatnonzero(labels == g), np.asarray(obs.a1), np.asarray(obs.a2), n_ant,
-            len(obs.freqs_hz), len(obs.times_s), obs.chan_width, obs.int_time, config.rfi_vis,
-            real,
+            spec, np.flatnonzero(labels == g), np.asarray(meta.a1), np.asarray(meta.a2),
+            meta.n_ant, meta.n_freq, meta.n_time, meta.chan_width, meta.int_time,
+            config.rfi_vis, real,
         )
         for g, spec in enumerate(specs)
     )  # fmt: skip
     counts = np.bincount(labels, minlength=len(specs))
-    return (
-        specs,
-        tables,
-        {
-            f"{s.operator} t{s.n_time_samples} f{s.n_freq_samples}": int(c)
-            for s, c in zip(specs, counts, strict=True)
-        },
+    sizes = {
+        f"{s.operator} t{s.n_time_samples} f{s.n_freq_samples}": int(c)
+        for s, c in zip(specs, counts, strict=True)
+    }
+    return specs, tables, sizes
+
+
+class _Frame(NamedTuple):
+    """The model set up from metadata and the scalar data statistics: everything but the
+    per-row arrays (data, sky mean and sky parameters). constants.sky is None."""
+
+    spec: ModelSpec
+    constants: ModelConstants
+    grid: sky.SkyGrid
+    fringe_rate_hz: np.ndarray
+    rfi: rfi_signal.RfiSignalParams
+    gains: gains.GainsParams
+    info: dict[str, Any]
+
+
+def _frame(meta, config: ModelConfig, snr: float, rfi_level: float, init: str, seed: int):
+    real = np.dtype(PRECISIONS[config.precision])
+    n_ant, n_src, n_freq, n_time = meta.n_ant, meta.n_sat, meta.n_freq, meta.n_time
+    geom = observation_geometry(meta, config)
+    specs, tables, group_sizes = _groups(meta, geom, snr, config, real)
+    spec = ModelSpec(meta.n_bl, n_ant, n_src, n_freq, n_time, specs, config.rfi_vis)
+    rfi_c = rfi_signal.make_constants(
+        config.rfi_signal, n_ant, n_src, n_freq, n_time, meta.chan_width, meta.int_time,
+        scale=rfi_level, mean=rfi_level if init == "data" else 0.0, dtype=real,
+    )  # fmt: skip
+    gains_c = gains.make_constants(config.gains, n_ant, n_freq, n_time, meta.int_time, dtype=real)
+    constants = ModelConstants(
+        sky=None, rfi_signal=rfi_c, gains=gains_c, groups=tables,
+        phase=jnp.asarray(geom.phase, real), delay_us=jnp.asarray(geom.delay_us, real),
+        freq_mhz=jnp.asarray(meta.freqs_hz * 1e-6, real),
+        a1=jnp.asarray(meta.a1, jnp.int32), a2=jnp.asarray(meta.a2, jnp.int32),
+    )  # fmt: skip
+    grid = sky.make_grid(
+        config.sky, geom.sky_fringe_rate_hz, n_freq, n_time, meta.chan_width, meta.int_time
     )
+    info = {
+        "rfi_groups": group_sizes,
+        "rfi_snr": snr,
+        "rfi_level": rfi_level,
+        "sky_modes": [grid.half_freq * 2 + 1, grid.half_time * 2 + 1],
+        "fov_radius_deg": float(np.rad2deg(geom.fov_radius_rad)),
+    }
+    return _Frame(
+        spec, constants, grid, geom.sky_fringe_rate_hz,
+        rfi_signal.init(rfi_c, jax.random.key(seed) if init == "prior" else None),
+        gains.init(gains_c, jax.random.key(seed + 2) if init == "prior" else None),
+        info,
+    )  # fmt: skip
+
+
+def _check_init(init: str) -> None:
+    if init not in INITS:
+        raise ValueError(f"init {init!r} is not known; choose one of {', '.join(INITS)}")
 
 
 def build(obs, config: ModelConfig, *, init: str = "data", seed: int = 0) -> Model:
@@ -216,77 +300,98 @@ def build(obs, config: ModelConfig, *, init: str = "data", seed: int = 0) -> Mod
     obs: a ``tabascal.store.Observation`` (all rows). init: "data" (estimates from the data),
     "prior" (a draw from the prior, with ``seed``) or "truth" (the store's truth; only when
     asked, never by default).
+
+    The work splits in two: the metadata and a few mergeable data statistics
+    (``data_stats.DataStats``) fix everything but the per-row arrays (``_frame``, shared with
+    ``abstract_model``); the per-row arrays (data, the sky mean from the data less the initial
+    RFI prediction, the sky parameters) follow row by row.
     """
-    if init not in INITS:
-        raise ValueError(f"init {init!r} is not known; choose one of {', '.join(INITS)}")
+    _check_init(init)
     if init == "truth" and obs.truth is None:
         raise ValueError("init 'truth' needs a store with a truth group; this one has none")
     check_observation(obs)
     real = np.dtype(PRECISIONS[config.precision])
-    n_ant, n_src = obs.ant_itrf.shape[0], obs.orbits.n_sat
-    n_bl, n_freq, n_time = obs.vis.shape
     data = _data(obs, real)
     flags = np.asarray(obs.flags, bool)
     vis = np.asarray(obs.vis)
     noise = np.asarray(data.noise, np.float64)
-
-    delay_us = geometry.rfi_delays(
-        obs.ant_itrf, obs.orbits, obs.times_s, obs.gast0_rad, obs.ra_rad, obs.dec_rad, 3
-    )
-    phase = geometry.centre_phase(delay_us, obs.freqs_hz)
-    snr = rfi_vis.snr_from_data(vis, flags, noise)
-    specs, tables, group_sizes = _groups(obs, delay_us, snr, config, real)
-    spec = ModelSpec(n_bl, n_ant, n_src, n_freq, n_time, specs, config.rfi_vis)
-
-    level = config.rfi_sigma or _rfi_level(vis, flags, n_src)
-    rfi_c = rfi_signal.make_constants(
-        config.rfi_signal, n_ant, n_src, n_freq, n_time, obs.chan_width, obs.int_time,
-        scale=level, mean=level if init == "data" else 0.0, dtype=real,
-    )  # fmt: skip
-    gains_c = gains.make_constants(config.gains, n_ant, n_freq, n_time, obs.int_time, dtype=real)
-    base = ModelConstants(
-        sky=None, rfi_signal=rfi_c, gains=gains_c, groups=tables,
-        phase=jnp.asarray(phase, real), delay_us=jnp.asarray(delay_us, real),
-        freq_mhz=jnp.asarray(obs.freqs_hz * 1e-6, real),
-        a1=jnp.asarray(obs.a1, jnp.int32), a2=jnp.asarray(obs.a2, jnp.int32),
-    )  # fmt: skip
-    rfi_params = rfi_signal.init(rfi_c, jax.random.key(seed) if init == "prior" else None)
+    stats = DataStats.from_rows(vis, flags, noise)
+    level = config.rfi_sigma or stats.rfi_level(obs.n_sat)
+    frame = _frame(obs, config, stats.snr, level, init, seed)
+    rfi_params = frame.rfi
     if init == "truth":
-        rfi_params = rfi_signal.init_from_estimate(rfi_c, obs.truth.rfi_amp, noise=0.01 * level)
-
-    fringe_rate = geometry.max_sky_fringe_rate(
-        obs.ant_itrf, obs.a1, obs.a2, obs.times_s, obs.gast0_rad, obs.ra_rad, obs.dec_rad,
-        obs.freqs_hz, _fov_radius_rad(config, obs),
-    )  # fmt: skip
-    grid = sky.make_grid(config.sky, fringe_rate, n_freq, n_time, obs.chan_width, obs.int_time)
-    rfi_start = jax.jit(predict_rfi, static_argnums=2)(rfi_params, base, spec)
+        rfi_params = rfi_signal.init_from_estimate(
+            frame.constants.rfi_signal, obs.truth.rfi_amp, noise=0.01 * level
+        )
+    rfi_start = jax.jit(predict_rfi, static_argnums=2)(rfi_params, frame.constants, frame.spec)
     sky_mean = np.asarray(sky.mean_from_data(vis - np.asarray(rfi_start), flags))
-    sky_sigma = config.sky_sigma or max(
-        float(np.sqrt(np.mean(np.abs(sky_mean) ** 2))), float(np.median(noise))
-    )
+    sky_sigma = config.sky_sigma or max(MeanPower.from_rows(sky_mean).rms, stats.noise_median)
     sky_c = sky.make_constants(
-        config.sky, grid, fringe_rate, scale=sky_sigma,
+        config.sky, frame.grid, frame.fringe_rate_hz, scale=sky_sigma,
         mean=sky_mean if init == "data" else 0.0, dtype=real,
     )  # fmt: skip
     sky_params = sky.init(sky_c, jax.random.key(seed + 1) if init == "prior" else None)
     if init == "truth":
         sky_params = sky.init_from_data(sky_c, obs.truth.sky_vis, noise=0.01 * noise)
-    gain_params = gains.init(gains_c, jax.random.key(seed + 2) if init == "prior" else None)
-    info = {
-        "rfi_groups": group_sizes,
-        "rfi_snr": snr,
-        "rfi_level": level,
-        "sky_sigma": sky_sigma,
-        "sky_modes": [grid.half_freq * 2 + 1, grid.half_time * 2 + 1],
-        "fov_radius_deg": float(np.rad2deg(_fov_radius_rad(config, obs))),
-    }
+    info = dict(frame.info, sky_sigma=sky_sigma)
     logger.info("model: %s", info)
     return Model(
-        spec=spec,
-        constants=base._replace(sky=sky_c),
+        spec=frame.spec,
+        constants=frame.constants._replace(sky=sky_c),
         data=data,
-        params=ModelParams(sky_params, rfi_params, gain_params),
+        params=ModelParams(sky_params, rfi_params, frame.gains),
         info=info,
+    )
+
+
+def abstract_model(
+    meta,
+    config: ModelConfig,
+    *,
+    snr: float,
+    rfi_level: float = 1.0,
+    sky_sigma: float = 1.0,
+    init: str = "data",
+    seed: int = 0,
+) -> Model:
+    """The model of an observation with metadata ``meta`` and no visibilities.
+
+    The metadata-derived constants (geometry, RFI groups and their tables, the components'
+    constants, the per-antenna parameters) are real arrays, exactly those ``build`` makes for
+    the same ``snr`` and ``rfi_level``; the per-row arrays that need the data (``data``, the sky
+    constants' ``mean`` and the sky parameters) are ``jax.ShapeDtypeStruct``s. Every stage can
+    be lowered and compiled from it with no visibility allocated.
+
+    snr: the RFI signal-to-noise that sizes the fine sampling (``DataStats.snr`` of the data it
+    stands for): it fixes the groups, hence the shapes. rfi_level, sky_sigma: prior scales
+    (values only, no shapes). init: "data" or "prior" ("truth" needs the data).
+    """
+    _check_init(init)
+    if init == "truth":
+        raise ValueError("abstract_model: init 'truth' needs the store's truth; use build")
+    check_metadata(meta)
+    real = np.dtype(PRECISIONS[config.precision])
+    cplx = np.result_type(real, np.complex64)
+    frame = _frame(meta, config, snr, rfi_level, init, seed)
+    sky_c = sky.make_constants(
+        config.sky, frame.grid, frame.fringe_rate_hz, scale=sky_sigma, dtype=real
+    )
+    sky_c = sky_c._replace(mean=jax.ShapeDtypeStruct(sky_c.mean.shape, cplx))
+    n_kf, n_kt = sky_c.weight_freq.shape[0], sky_c.weight_time.shape[1]
+    cube = (meta.n_bl, meta.n_freq, meta.n_time)
+    data = Data(
+        vis=jax.ShapeDtypeStruct(cube, cplx),
+        flags=jax.ShapeDtypeStruct(cube, np.bool_),
+        noise=jax.ShapeDtypeStruct((meta.n_bl,), real),
+        n_points=jax.ShapeDtypeStruct((), np.int32),
+    )
+    sky_params = sky.SkyParams(jax.ShapeDtypeStruct((meta.n_bl, 2, n_kf, n_kt), real))
+    return Model(
+        spec=frame.spec,
+        constants=frame.constants._replace(sky=sky_c),
+        data=data,
+        params=ModelParams(sky_params, frame.rfi, frame.gains),
+        info=dict(frame.info, sky_sigma=sky_sigma, abstract=True),
     )
 
 

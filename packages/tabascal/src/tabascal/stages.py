@@ -1,0 +1,244 @@
+"""The stages of a fit as compiled programs, and their per-device memory, from shapes alone.
+
+A fit runs five kinds of device program: the set-up (the initial RFI prediction and the sky
+mean of the data less it, then the optimiser's state), the initial diagnostics (loss and
+reduced chi-squared), the optimisation step, the final prediction and the export (the residual
+and the final chi-squared). ``compile_stages`` lowers and compiles each of them for one
+sharding route from a model whose per-row arrays may be ``jax.ShapeDtypeStruct``s
+(``joint.abstract_model``), so the memory of a problem too large for the machine at hand can
+be read before any data is read or simulated.
+
+Routes (``ROUTES``): "none" (one device, the plain functions), "source" (``source_sharding``),
+"baseline" (``sharding``) and "reuse" (``sharding`` with the antenna-reuse plan).
+``place_abstract`` runs a route's own placement on a stand-in model whose abstract arrays have
+every axis after the first of length 0, so the route's padding, permutation and shardings are
+its own, and returns the placed model with those arrays abstract again, each carrying the
+sharding the route gave it.
+
+Per-device peak estimate: the bytes resident on the device while a stage runs (the placed
+model; from the diagnostics on, the optimiser state too; during the export, the prediction)
+plus the stage's working set (outputs and temporaries, less outputs aliased to donated
+arguments), maximised over the stages. XLA's buffer assignment gives the working set; SPMD
+programs are the same on every device, so only the resident bytes differ between devices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding, SingleDeviceSharding
+from jax.sharding import PartitionSpec as P
+
+from tabascal import fit, memory, sharding, source_sharding
+from tabascal.model import joint, likelihood, sky
+
+AXES = ("none", "source", "baseline", "reuse")
+
+
+@dataclass(frozen=True)
+class Route:
+    """How one sharding axis places a model and evaluates it.
+
+    place(model, mesh) -> placed model (with ``spec``, ``constants``, ``data``, ``params``);
+    loss, predict, predict_rfi: the route's functions, taking the placed spec as ``spec``.
+    """
+
+    place: Callable[..., Any]
+    loss: Callable[..., Any]
+    predict: Callable[..., Any]
+    predict_rfi: Callable[..., Any]
+    make_mesh: Callable[[int], Any]
+
+
+def _place_single(model: joint.Model, mesh) -> joint.Model:
+    return model
+
+
+def reuse_available() -> bool:
+    """Whether ``sharding.shard_model`` takes the antenna-reuse plan (``reuse=True``)."""
+    return "reuse" in inspect.signature(sharding.shard_model).parameters
+
+
+def route(axis: str) -> Route:
+    """The ``Route`` of a sharding axis (one of ``AXES``)."""
+    if axis == "none":
+        return Route(_place_single, joint.loss, joint.predict, joint.predict_rfi, lambda n: None)
+    if axis == "source":
+        s = source_sharding
+        return Route(s.shard_model, s.loss, s.predict, s.predict_rfi, s.make_mesh)
+    if axis == "reuse" and not reuse_available():
+        raise ValueError(
+            "axis 'reuse': this tabascal's sharding.shard_model takes no reuse keyword yet"
+        )
+    if axis in ("baseline", "reuse"):
+        place = (
+            partial(sharding.shard_model, reuse=True) if axis == "reuse" else sharding.shard_model
+        )
+        s = sharding
+        return Route(place, s.loss, s.predict, s.predict_rfi, s.make_mesh)
+    raise ValueError(f"axis {axis!r} is not known; choose one of {', '.join(AXES)}")
+
+
+def _stand_in(leaf):
+    """A host array of ``leaf``'s dtype with its first axis and no elements after it."""
+    if not isinstance(leaf, jax.ShapeDtypeStruct):
+        return leaf
+    if leaf.ndim == 0:
+        return np.zeros((), leaf.dtype)
+    return np.zeros((leaf.shape[0], *(0,) * (leaf.ndim - 1)), leaf.dtype)
+
+
+def _is_abstract(leaf) -> bool:
+    return isinstance(leaf, jax.ShapeDtypeStruct)
+
+
+def place_abstract(model: joint.Model, axis: str, mesh):
+    """``route(axis).place(model, mesh)`` for a model with abstract per-row arrays.
+
+    Returns the placed model whose abstract arrays are ``jax.ShapeDtypeStruct``s with the
+    route's padded leading axis, the model's trailing axes, and the route's sharding; its real
+    arrays (metadata constants, per-antenna parameters) are placed for real. With axis "none"
+    every array is given a single-device sharding on the first device.
+    """
+    parts = (model.constants, model.data, model.params)
+    stand_in = jax.tree.map(_stand_in, parts, is_leaf=_is_abstract)
+    standing = joint.Model(model.spec, *stand_in, model.info)
+    if axis == "none":
+        device = SingleDeviceSharding(jax.devices()[0])
+        placed_parts = jax.tree.map(
+            lambda x: x if _is_abstract(x) else jax.device_put(x, device), parts,
+            is_leaf=_is_abstract,
+        )  # fmt: skip
+        placed_parts = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device)
+            if _is_abstract(x) else x,
+            placed_parts, is_leaf=_is_abstract,
+        )  # fmt: skip
+        return joint.Model(model.spec, *placed_parts, model.info)
+    placed = route(axis).place(standing, mesh)
+    abstract_paths = {
+        path: leaf
+        for path, leaf in jax.tree_util.tree_leaves_with_path(parts, is_leaf=_is_abstract)
+        if _is_abstract(leaf)
+    }
+    found = set()
+
+    def restore(path, leaf):
+        if path not in abstract_paths:
+            return leaf
+        found.add(path)
+        like = abstract_paths[path]
+        shape = (leaf.shape[0], *like.shape[1:]) if like.ndim else ()
+        leaf.delete()
+        return jax.ShapeDtypeStruct(shape, like.dtype, sharding=leaf.sharding)
+
+    placed_parts = jax.tree_util.tree_map_with_path(
+        restore, (placed.constants, placed.data, placed.params)
+    )
+    missing = set(abstract_paths) - found
+    if missing:
+        names = ", ".join(jax.tree_util.keystr(p) for p in sorted(missing, key=str))
+        raise ValueError(f"place_abstract: the {axis!r} placement moved {names}; cannot restore")
+    constants, data, params = placed_parts
+    return dataclasses.replace(placed, constants=constants, data=data, params=params)
+
+
+def bytes_per_device(tree, devices) -> list[int]:
+    """Bytes each of ``devices`` holds of the arrays in ``tree`` (real or abstract), from each
+    array's sharding: one shard of ``sharding.shard_shape`` on every device it names."""
+    totals = dict.fromkeys(devices, 0)
+    for leaf in jax.tree.leaves(tree):
+        shard = leaf.sharding.shard_shape(leaf.shape)
+        size = int(np.prod(shard, dtype=np.int64)) * np.dtype(leaf.dtype).itemsize
+        for device in leaf.sharding.device_set:
+            if device in totals:
+                totals[device] += size
+    return [totals[d] for d in devices]
+
+
+@dataclass(frozen=True)
+class StageReport:
+    """One compiled stage: XLA's memory figures (per device) and the bytes resident beside it
+    (per device)."""
+
+    name: str
+    memory: memory.StageMemory
+    resident: list[int]
+
+    @property
+    def peak(self) -> list[int]:
+        return [r + self.memory.working_set for r in self.resident]
+
+
+def _abstract(tree):
+    """ShapeDtypeStructs (with shardings) of a tree of real or abstract arrays."""
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
+
+
+def _output_tree(compiled, out_shape, mesh):
+    """The compiled program's outputs as ShapeDtypeStructs with their shardings. Outputs that
+    depend on no input (an optimiser's step count) come back uncommitted on one device; on a
+    mesh they are taken as replicated, as ``jit`` treats an uncommitted array."""
+
+    def one(s, sh):
+        if mesh is not None and isinstance(sh, SingleDeviceSharding):
+            sh = NamedSharding(mesh, P())
+        return jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh)
+
+    return jax.tree.map(one, out_shape, compiled.output_shardings)
+
+
+def compile_stages(placed, axis: str, fit_config: fit.FitConfig, devices) -> list[StageReport]:
+    """Compile every stage of a fit of ``placed`` (from ``place_abstract``, or a real placed
+    model) on ``axis`` and report each stage's memory (see the module docstring)."""
+    r = route(axis)
+    spec = placed.spec
+    constants, data, params = _abstract((placed.constants, placed.data, placed.params))
+    resident = bytes_per_device((constants, data, params), devices)
+    reports = []
+
+    def setup(params, constants, data):
+        rfi = r.predict_rfi(params.rfi, constants, spec)
+        return sky.mean_from_data(data.vis - rfi, data.flags)
+
+    optimizer = fit.make_optimizer(fit_config)
+    loss_fn = partial(r.loss, spec=spec)
+
+    def diagnostics(params, inputs):
+        value, aux = loss_fn(params, inputs)
+        return value, aux["chi2"]
+
+    def export(prediction, data):
+        residual = likelihood.residual(prediction.model, data.vis, data.flags)
+        chi2 = likelihood.reduced_chi2(
+            prediction.model, data.vis, data.flags, data.noise, data.n_points
+        )
+        return residual, chi2
+
+    def stage(name, jitted, args, extra=()):
+        compiled = jitted.lower(*args).compile()
+        beside = bytes_per_device(extra, devices)
+        here = [a + b for a, b in zip(resident, beside, strict=True)]
+        reports.append(StageReport(name, memory.stage_memory(compiled), here))
+        return compiled
+
+    stage("setup", jax.jit(setup), (params, constants, data))
+    init = stage("optimiser_init", jax.jit(optimizer.init), (params,))
+    mesh = getattr(spec, "mesh", None)
+    opt_state = _output_tree(init, jax.eval_shape(optimizer.init, params), mesh)
+    state = fit.FitState(params, opt_state, jax.ShapeDtypeStruct((), np.int32))
+    inputs = (constants, data)
+    stage("diagnostics", jax.jit(diagnostics), (params, inputs), extra=opt_state)
+    stage("step", fit.make_step(loss_fn, optimizer), (state, inputs), extra=opt_state)
+    predict_fn = partial(r.predict, spec=spec)
+    predicted = stage("predict", jax.jit(predict_fn), (params, constants), extra=opt_state)
+    prediction = _output_tree(predicted, jax.eval_shape(predict_fn, params, constants), mesh)
+    stage("export", jax.jit(export), (prediction, data), extra=(opt_state, prediction))
+    return reports
