@@ -38,10 +38,29 @@ def store(tmp_path_factory):
     return path
 
 
-def _run(store, out, axis, config):
-    argv = ["run", "-c", str(config), "--data", str(store), "-o", str(out), "-q"]
+def _run(store, out, axis, config, *extra):
+    argv = ["run", "-c", str(config), "--data", str(store), "-o", str(out), "-q", *extra]
     assert main([*argv, "--devices", str(N_DEVICES), "--shard-axis", axis]) == 0
     return json.loads((out / "summary.json").read_text())
+
+
+def _assert_same_rows(tmp_path, name, reference="none"):
+    """results.zarr of run ``name`` matches the unsharded run's, row for row in data order."""
+    got = zarr.open_group(str(tmp_path / name / "results.zarr"), mode="r")
+    want = zarr.open_group(str(tmp_path / reference / "results.zarr"), mode="r")
+    scale = np.max(np.abs(np.asarray(want["model_vis"])))
+    for key in ("model_vis", "rfi_vis", "sky_vis", "residual"):
+        a, b = np.asarray(got[key]), np.asarray(want[key])
+        assert a.shape == b.shape == (28, 2, 30), key
+        # float32 fits after 3 steps: measured 4e-3 of the largest |model| at worst (see the
+        # comment on chi2_final in the test).
+        assert np.max(np.abs(a - b)) <= 1e-2 * scale, key
+    # Each row is nearest the same row of the plain run (a permutation left in place would
+    # pair rows with other baselines' rows).
+    a, b = np.asarray(got["model_vis"]), np.asarray(want["model_vis"])
+    distance = np.abs(a[:, None] - b[None]).sum(axis=(2, 3))
+    np.testing.assert_array_equal(np.argmin(distance, axis=1), np.arange(a.shape[0]))
+    np.testing.assert_array_equal(np.asarray(got["a1"]), np.asarray(want["a1"]))
 
 
 def test_baseline_axis_run_equals_the_unsharded_run(store, tmp_path):
@@ -64,21 +83,28 @@ def test_baseline_axis_run_equals_the_unsharded_run(store, tmp_path):
     # float32's own spread.
     assert sharded["chi2_final"] == pytest.approx(plain["chi2_final"], rel=1e-3)
     # Results come back in the data's order with the padded rows dropped.
-    got = zarr.open_group(str(tmp_path / "baseline" / "results.zarr"), mode="r")
-    want = zarr.open_group(str(tmp_path / "none" / "results.zarr"), mode="r")
-    scale = np.max(np.abs(np.asarray(want["model_vis"])))
-    for name in ("model_vis", "rfi_vis", "sky_vis", "residual"):
-        a, b = np.asarray(got[name]), np.asarray(want[name])
-        assert a.shape == b.shape == (28, 2, 30), name
-        # float32 fits after 3 steps: measured 4e-3 of the largest |model| at worst (above).
-        assert np.max(np.abs(a - b)) <= 1e-2 * scale, name
-    # Rows come back in the data's order: each row is nearest the same row of the plain run.
-    a, b = np.asarray(got["model_vis"]), np.asarray(want["model_vis"])
-    distance = np.abs(a[:, None] - b[None]).sum(axis=(2, 3))
-    np.testing.assert_array_equal(np.argmin(distance, axis=1), np.arange(a.shape[0]))
-    np.testing.assert_array_equal(np.asarray(got["a1"]), np.asarray(want["a1"]))
+    _assert_same_rows(tmp_path, "baseline")
+    # Only scalar sums and replicated parameters' gradients cross devices; one device, none.
+    assert plain["collectives"] == {} and plain["n_devices"] == 1
+    assert set(sharded["collectives"]) == {"all-reduce"}, sharded["collectives"]
 
     by_source = _run(store, tmp_path / "source", "source", config)
     assert by_source["shard_axis"] == "source" and by_source["model"]["n_src_padded"] == 4
     assert by_source["chi2_init"] == pytest.approx(plain["chi2_init"], rel=1e-5)
     assert by_source["chi2_final"] == pytest.approx(plain["chi2_final"], rel=1e-3)
+    assert set(by_source["collectives"]) == {"all-reduce"}, by_source["collectives"]
+
+    reuse = _run(store, tmp_path / "reuse", "baseline", config, "--reuse-plan")
+    assert reuse["reuse_plan"] and reuse["model"]["reuse_plan"]["width"] == 5  # of 8 antennas
+    assert reuse["chi2_init"] == pytest.approx(plain["chi2_init"], rel=1e-5)
+    assert reuse["chi2_final"] == pytest.approx(plain["chi2_final"], rel=1e-3)
+    assert set(reuse["collectives"]) == {"all-reduce"}, reuse["collectives"]
+    # The reuse plan permutes the rows; the results come back in the data's order all the same.
+    _assert_same_rows(tmp_path, "reuse")
+
+
+def test_reuse_plan_off_the_baseline_axis_is_refused(store, tmp_path, capsys):
+    argv = ["run", "--data", str(store), "-o", str(tmp_path / "out"), "--reuse-plan"]
+    assert main([*argv, "--devices", str(N_DEVICES), "--shard-axis", "source"]) == 2
+    assert "needs the baseline axis" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

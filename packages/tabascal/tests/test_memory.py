@@ -34,3 +34,28 @@ def test_cpu_peak_is_live_bytes_plus_the_largest_stage():
     peak = memory.peak_bytes_per_device(stages)
     # Nothing is allocated between the two calls, so the live bytes are unchanged.
     assert peak == [b + 500 for b in live]
+
+
+# Lines as XLA prints them in a compiled SPMD program's HLO (names and shapes shortened).
+HLO = """\
+  %all-reduce = f64[] all-reduce(f64[] %add.1), channel_id=1, replica_groups={{0,1,2,3}}
+  %all-reduce.1 = (f64[9,2,2,30]{3,2,1,0}) all-reduce(%fusion.2), channel_id=2
+  %all-gather-start = (f32[8]{0}, f32[32]{0}) all-gather-start(f32[8]{0} %p), dimensions={0}
+  %all-gather-done = f32[32]{0} all-gather-done(%all-gather-start)
+  %collective-permute.3 = f32[4]{0} collective-permute(f32[4]{0} %x), source_target_pairs={{0,1}}
+  %fusion.all-reduce-like = f32[4]{0} fusion(f32[4]{0} %x), kind=kLoop
+"""
+
+
+def test_collectives_are_counted_by_operation_not_by_name():
+    # Instruction names that merely contain "all-reduce" and -done halves are not counted.
+    assert memory.count_collectives(HLO) == {
+        "all-gather": 1,
+        "all-reduce": 2,
+        "collective-permute": 1,
+    }
+
+
+def test_a_single_device_program_has_no_collectives():
+    compiled = jax.jit(lambda x: (x * 2.0).sum()).lower(jnp.ones((16, 4))).compile()
+    assert memory.count_collectives(compiled) == {}

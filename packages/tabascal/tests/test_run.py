@@ -93,6 +93,27 @@ def test_shard_axis_precedence_command_line_then_config_then_environment(monkeyp
         run_config.shard_axis(None, run_config.load(None))
 
 
+def test_reuse_plan_precedence_command_line_then_config_and_baseline_axis_only():
+    on = run_config.load({"sharding": {"reuse_plan": True}})
+    off = run_config.load(None)
+    assert run_config.reuse_plan(None, on, "baseline") is True
+    assert run_config.reuse_plan(False, on, "baseline") is False  # --no-reuse-plan wins
+    assert run_config.reuse_plan(True, off, "baseline") is True
+    assert run_config.reuse_plan(None, off, "source") is False
+    with pytest.raises(ConfigError, match=r"--reuse-plan .* shard axis is 'none'"):
+        run_config.reuse_plan(True, off, "none")
+    with pytest.raises(ConfigError, match=r"'sharding\.reuse_plan' .* shard axis is 'source'"):
+        run_config.reuse_plan(None, on, "source")
+
+
+def test_summary_names_the_collectives_of_the_step(obs, tmp_path):
+    summary = run.run(obs, tmp_path / "out", run_config.load(FEW_STEPS), progress=False)
+    # One device: nothing crosses devices, and the peak is that device's alone.
+    assert summary["collectives"] == {} and summary["reuse_plan"] is False
+    assert summary["n_devices"] == 1 and len(summary["per_device_peak_bytes"]) == 1
+    assert summary["per_device_peak_bytes"][0] >= summary["step_memory"]["arguments"]
+
+
 def test_run_and_plan_commands(small_store, tmp_path, capsys):
     config = tmp_path / "config.yaml"
     config.write_text("fit:\n  steps: 2\noutput:\n  plots: false\n")

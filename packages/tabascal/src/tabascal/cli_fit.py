@@ -62,9 +62,13 @@ def _summary_lines(summary: dict) -> list[str]:
     lines = [
         f"  reduced chi-squared   {summary['chi2_init']:.4g} -> {summary['chi2_final']:.4g}",
         f"  steps                 {summary['steps']} in {summary['seconds_fit']:.1f} s",
-        f"  devices               {summary['n_devices']} (shard axis {summary['shard_axis']})",
+        f"  devices               {summary['n_devices']} (shard axis {summary['shard_axis']}"
+        + (", antenna-reuse plan)" if summary.get("reuse_plan") else ")"),
         "  peak memory / device  " + ", ".join(f"{g:.3f} GiB" for g in gib),
     ]
+    if summary.get("collectives"):
+        found = ", ".join(f"{name} x{count}" for name, count in summary["collectives"].items())
+        lines.append(f"  collectives per step  {found}")
     truth = summary.get("truth")
     if truth:
         lines.append("  against the truth     RMSE (Jy)   RMSE / noise")
@@ -108,9 +112,10 @@ def _run(args: argparse.Namespace) -> int:
     try:
         config = _apply_flags(_load_config(args.config), args)
         axis = run_config.shard_axis(args.shard_axis, config)
+        reuse = run_config.reuse_plan(args.reuse_plan, config, axis)
         summary = run.run(
             _read(args.data, config), Path(args.output), config, resume=args.resume,
-            overwrite=args.overwrite, shard_axis=axis, progress=not args.quiet,
+            overwrite=args.overwrite, shard_axis=axis, reuse_plan=reuse, progress=not args.quiet,
         )  # fmt: skip
     except (ConfigError, StoreError, ValueError, FileExistsError, FileNotFoundError) as err:
         print(f"tabascal run: error: {err}", file=sys.stderr)
@@ -147,6 +152,11 @@ def add_run(subparsers) -> None:
     parser.add_argument(
         "--shard-axis", choices=("none", "source", "baseline"),
         help="split the work across devices (overrides config and $TABASCAL_SHARD_AXIS)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--reuse-plan", action=argparse.BooleanOptionalAction, default=None,
+        help="with --shard-axis baseline: permute the baselines so that each device touches "
+        "few antennas (overrides config key sharding.reuse_plan)",
     )  # fmt: skip
     parser.add_argument("--list-keys", action="store_true", help="list every configuration key")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

@@ -8,10 +8,25 @@ donated buffers) of the compiled stages that run.
 
 from __future__ import annotations
 
+import collections
+import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 import jax
+
+#: Cross-device operations XLA can place in a compiled program. An asynchronous one appears
+#: as a ``-start`` / ``-done`` pair; the ``-start`` is counted, under the plain name.
+COLLECTIVES = (
+    "all-reduce",
+    "all-gather",
+    "collective-permute",
+    "all-to-all",
+    "reduce-scatter",
+    "collective-broadcast",
+    "ragged-all-to-all",
+)
+_COLLECTIVE = re.compile(r"\s(" + "|".join(COLLECTIVES) + r")(?:-start)?\(")
 
 
 @dataclass(frozen=True)
@@ -45,6 +60,16 @@ def stage_memory(compiled: jax.stages.Compiled) -> StageMemory:
         aliased=int(stats.alias_size_in_bytes),
         peak=int(getattr(stats, "peak_memory_in_bytes", 0) or 0),
     )
+
+
+def count_collectives(compiled: jax.stages.Compiled | str) -> dict[str, int]:
+    """Operation name -> count of the collectives in a compiled program's HLO text.
+
+    ``compiled``: a compiled program, or its ``as_text()``. Empty for a program that runs on
+    one device or exchanges nothing, e.g. ``{"all-reduce": 2}`` for a baseline-sharded step.
+    """
+    text = compiled if isinstance(compiled, str) else compiled.as_text()
+    return dict(sorted(collections.Counter(_COLLECTIVE.findall(text)).items()))
 
 
 def live_bytes_per_device(devices: Iterable[jax.Device] | None = None) -> list[int]:

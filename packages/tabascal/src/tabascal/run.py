@@ -153,6 +153,32 @@ def _plot(out_dir: Path, history: fit.FitHistory, prediction, obs, config: dict)
     plots.plot_baselines(obs.times_s, data, model, data - model, labels, out_dir / "baselines.png")
 
 
+def _fit_route(model: joint.Model, shard_axis: str, reuse_plan: bool):
+    """(params, inputs, loss_fn, predict_fn, unpad, info, devices) of the chosen route.
+
+    unpad maps a prediction to the data's rows on the host; devices are those the step runs
+    on (one for the unsharded route, the mesh for the others).
+    """
+    if shard_axis == "none":
+        return (
+            model.params, (model.constants, model.data), partial(joint.loss, spec=model.spec),
+            partial(joint.predict, spec=model.spec), lambda p: jax.tree.map(np.asarray, p),
+            model.info, [jax.devices()[0]],
+        )  # fmt: skip
+    route = {"baseline": sharding, "source": source_sharding}[shard_axis]
+    mesh = route.make_mesh()
+    if shard_axis == "baseline":
+        sharded = sharding.shard_model(model, mesh, reuse=reuse_plan)
+    else:
+        sharded = route.shard_model(model, mesh)
+    spec = sharded.spec
+    return (
+        sharded.params, (sharded.constants, sharded.data), partial(route.loss, spec=spec),
+        partial(route.predict, spec=spec), partial(route.unpad, spec=spec), sharded.info,
+        list(mesh.devices.flat),
+    )  # fmt: skip
+
+
 def run(
     obs,
     out_dir: Path,
@@ -161,31 +187,35 @@ def run(
     resume: bool = False,
     overwrite: bool = False,
     shard_axis: str = "none",
+    reuse_plan: bool = False,
     progress: bool = True,
 ) -> dict:
     """Fit ``obs`` (a ``tabascal.store.Observation``) with the validated ``config``; write the
-    outputs to ``out_dir`` and return the summary."""
-    routes = {"baseline": sharding, "source": source_sharding}
-    if shard_axis != "none" and shard_axis not in routes:
+    outputs to ``out_dir`` and return the summary.
+
+    shard_axis: none, baseline or source (``run_config.shard_axis``); reuse_plan: permute the
+    baselines by the antenna-reuse plan (baseline axis only, ``run_config.reuse_plan``).
+    """
+    if shard_axis not in run_config.SHARD_AXES:
         raise ValueError(f"shard axis {shard_axis!r} is not known; use none, baseline or source")
+    if reuse_plan and shard_axis != "baseline":
+        raise ValueError(
+            f"the antenna-reuse plan needs the baseline axis, not {shard_axis!r}; pass "
+            "--shard-axis baseline or drop --reuse-plan"
+        )
     out_dir = Path(out_dir)
     prepare_output(out_dir, resume=resume, overwrite=overwrite)
     fit_cfg = run_config.fit_config(config)
     model = joint.build(obs, run_config.model_config(config), init=config["fit"]["init"],
                         seed=config["fit"]["seed"])  # fmt: skip
     _write_atomically(out_dir / "config.yaml", dump_yaml(config))
-    if shard_axis != "none":
-        route = routes[shard_axis]
-        sharded = route.shard_model(model, route.make_mesh())
-        params, inputs = sharded.params, (sharded.constants, sharded.data)
-        loss_fn = partial(route.loss, spec=sharded.spec)
-        predict_fn = partial(route.predict, spec=sharded.spec)
-        info = sharded.info
-    else:
-        params, inputs = model.params, (model.constants, model.data)
-        loss_fn = partial(joint.loss, spec=model.spec)
-        predict_fn = partial(joint.predict, spec=model.spec)
-        info = model.info
+    params, inputs, loss_fn, predict_fn, unpad, info, devices = _fit_route(
+        model, shard_axis, reuse_plan
+    )
+    # The data stay on the host for the final figures; a sharded route drops the unsharded
+    # model's device arrays, so that device 0 holds only its own block during the fit.
+    data = jax.tree.map(np.asarray, model.data)
+    del model
     optimizer = fit.make_optimizer(fit_cfg)
     state = fit.init_state(params, optimizer)
     history = None
@@ -203,6 +233,7 @@ def run(
         checkpoint_dir=out_dir / CHECKPOINTS, progress=progress,
     )  # fmt: skip
     seconds_fit = time.perf_counter() - start
+    per_device_peak = memory.peak_bytes_per_device(stages, devices)
     # Each step reports the loss at the parameters it starts from, so the first step's figure
     # (kept in the history, across resumes) is the initial chi-squared; only a fit of zero
     # steps needs its own evaluation.
@@ -211,28 +242,28 @@ def run(
     else:
         chi2_init = float(jax.jit(loss_fn)(params, inputs)[1]["chi2"])
 
-    prediction = jax.jit(predict_fn)(state.params, inputs[0])
-    if shard_axis != "none":
-        # Padded rows dropped; the rows keep the data's order (ownership does not reorder).
-        prediction = route.unpad(prediction, sharded.spec)
+    # Padded rows dropped and any permutation undone: the rows are in the data's order.
+    prediction = unpad(jax.jit(predict_fn)(state.params, inputs[0]))
     chi2_final = float(
-        likelihood.reduced_chi2(prediction.model, model.data.vis, model.data.flags,
-                                model.data.noise, model.data.n_points)
+        likelihood.reduced_chi2(prediction.model, data.vis, data.flags, data.noise,
+                                data.n_points)
     )  # fmt: skip
     summary = {
         "chi2_init": chi2_init,
         "chi2_final": chi2_final,
         "steps": int(state.step),
         "seconds_fit": seconds_fit,
-        "n_devices": jax.device_count(),
+        "n_devices": len(devices),
         "shard_axis": shard_axis,
-        "per_device_peak_bytes": memory.peak_bytes_per_device(stages),
+        "reuse_plan": reuse_plan,
+        "per_device_peak_bytes": per_device_peak,
         "step_memory": stages[0].as_dict(),
+        "collectives": memory.count_collectives(compiled),
         "model": info,
     }
     if obs.truth is not None:
-        summary["truth"] = truth_metrics(prediction, obs, float(np.mean(model.data.noise)))
-    write_results(out_dir / RESULTS, prediction, model.data, obs)
+        summary["truth"] = truth_metrics(prediction, obs, float(np.mean(data.noise)))
+    write_results(out_dir / RESULTS, prediction, data, obs)
     if config["output"]["plots"]:
         _plot(out_dir, history, prediction, obs, config)
     _write_atomically(out_dir / SUMMARY, json.dumps(summary, indent=2) + "\n")

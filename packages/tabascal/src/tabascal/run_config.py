@@ -126,6 +126,10 @@ SCHEMA = Section(
                     str, None, f"none, source or baseline; null takes ${SHARD_AXIS_ENV} "
                     "(default none)", choices=SHARD_AXES, nullable=True,
                 ),
+                "reuse_plan": Option(
+                    bool, False, "baseline axis only: permute the baselines by the "
+                    "antenna-reuse plan, so that each device touches few antennas",
+                ),
             },
         ),
     },
@@ -189,3 +193,17 @@ def shard_axis(cli_value: str | None, config: dict) -> str:
             raise ConfigError(f"{source} = {value!r}; choose one of {', '.join(SHARD_AXES)}")
         return value
     return "none"
+
+
+def reuse_plan(cli_value: bool | None, config: dict, axis: str) -> bool:
+    """Whether to use the antenna-reuse plan: the command line wins, then the config. Only the
+    baseline axis has one; asking for it on another axis is an error."""
+    source, value = "--reuse-plan", cli_value
+    if value is None:
+        source, value = "config key 'sharding.reuse_plan'", config["sharding"]["reuse_plan"]
+    if value and axis != "baseline":
+        raise ConfigError(
+            f"{source} asks for the antenna-reuse plan, but the shard axis is {axis!r}; the "
+            "plan permutes baselines, so it needs the baseline axis (--shard-axis baseline)"
+        )
+    return bool(value)

@@ -5,6 +5,14 @@ reordering); the baseline axis is padded to n_dev B rows. Padded rows are flagge
 noise 1, a1 = a2 = 0, sky parameters 0 and sky constants copied from row 0, so they add exactly
 nothing to the loss or its gradient.
 
+With ``reuse=True`` the rows are first permuted by the partition's antenna-reuse plan
+(``tabascal_partition.antenna_reuse_plan``), so that each device's block touches few antennas:
+every per-baseline array (data, a1, a2, sky constants and parameters, RFI group membership) is
+taken in the plan's packed order, each device numbers its antennas compactly (its table of
+global antennas, padded to one common length with zero-signal entries and ghosts) and gathers
+the per-antenna signal of just those inside the map. ``unpad`` and ``unpad_params`` invert the
+permutation, so results leave in the data's order either way.
+
 Placement: every array with a baseline axis (data, a1, a2, the sky constants'
 ``sky.BASELINE_FIELDS``, the sky parameters and every visibility-shaped intermediate) lives on
 ``P("bl")``; per-antenna and per-source arrays (RFI signal, gains, phase, delay_us, freq_mhz)
@@ -19,7 +27,7 @@ and the gradients of replicated parameters are summed across devices.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import jax
 import jax.numpy as jnp
@@ -53,12 +61,20 @@ class ShardedSpec:
     model: the single-device ``joint.ModelSpec`` (n_bl counts real rows only).
     mesh: the 1-D mesh; block_size: B rows per device; n_ghost: ghost antennas appended on
     every device (n_ant + n_ghost = n_ant_total).
+    antenna_ids: None (every device takes all antennas, in order), or with the reuse plan, per
+    device the global antenna behind each of its compact antennas (n_dev tuples of
+    n_ant_total), n_ant for a zero-signal one (ghost or unused slot). Small and static: it is
+    part of the compiled program, selected by the device's position on the mesh.
+    reuse: the ``tabascal_partition.ReusePlan`` the rows were permuted by, or None. Read on
+    the host only (``unpad``), so it takes no part in comparing specs.
     """
 
     model: joint.ModelSpec
     mesh: Mesh
     block_size: int
     n_ghost: int
+    antenna_ids: tuple[tuple[int, ...], ...] | None = None
+    reuse: tabascal_partition.ReusePlan | None = field(default=None, compare=False, repr=False)
 
     @property
     def n_dev(self) -> int:
@@ -95,21 +111,36 @@ def _replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P())
 
 
-def _pad_rows(array, n_rows: int, fill) -> np.ndarray:
-    """``array`` (n_bl, ...) extended to n_rows rows; ``fill`` is a value or "copy" (row 0)."""
-    array = np.asarray(array)
-    extra = n_rows - array.shape[0]
-    if fill == "copy":
-        tail = np.broadcast_to(array[:1], (extra, *array.shape[1:]))
-    else:
-        tail = np.full((extra, *array.shape[1:]), fill, array.dtype)
-    return np.concatenate([array, tail.astype(array.dtype)])
-
-
 def _put_rows(array: np.ndarray, mesh: Mesh) -> jax.Array:
-    """Place a padded host array on ``P("bl")``, each device given only its own block."""
+    """Place a host array of n_dev B rows on ``P("bl")``, each device given only its block."""
     sharding = _rows(mesh)
     return jax.make_array_from_callback(array.shape, sharding, lambda index: array[index])
+
+
+def _place_rows(array, fill, mesh: Mesh, n_rows: int, order: np.ndarray | None) -> jax.Array:
+    """``array`` (n_bl, ...) in the data's order, on ``P("bl")`` as n_rows sharded rows.
+
+    Sharded row i holds data row ``order[i]`` (row i without a reuse plan); rows from n_bl on
+    are padding, ``fill`` (a value, or "copy" for a copy of data row 0). Each device's block is
+    built from its own rows only.
+    """
+    array = np.asarray(array)
+    n_bl = array.shape[0]
+    if fill == "copy":
+        pad_row = array[:1]
+    else:
+        pad_row = np.full((1, *array.shape[1:]), fill, array.dtype)
+
+    def block(index):
+        start, stop, _ = index[0].indices(n_rows)
+        real_stop = max(min(stop, n_bl), start)
+        rows = slice(start, real_stop) if order is None else order[start:real_stop]
+        tail = np.broadcast_to(pad_row, (stop - real_stop, *array.shape[1:]))
+        whole = np.concatenate([array[rows], tail.astype(array.dtype)])
+        return whole[(slice(None), *index[1:])]
+
+    shape = (n_rows, *array.shape[1:])
+    return jax.make_array_from_callback(shape, _rows(mesh), block)
 
 
 def _put_replicated(tree, mesh: Mesh):
@@ -142,20 +173,35 @@ def _sharded_groups(model: joint.Model, plan, mesh: Mesh) -> tuple[rfi_vis.Group
     return tuple(out)
 
 
-def shard_model(model: joint.Model, mesh: Mesh) -> ShardedModel:
-    """Pad ``model``'s baseline axis to n_dev B rows and place every array on ``mesh``."""
+def _compact_antennas(plan: tabascal_partition.ShardPlan) -> tuple[tuple[int, ...], ...]:
+    """``plan.antenna_ids`` with n_ant (the appended zero row) for every zero-signal entry."""
+    ids = np.where(plan.antenna_ids < 0, plan.n_ant, plan.antenna_ids)
+    return tuple(tuple(int(i) for i in row) for row in ids)
+
+
+def shard_model(model: joint.Model, mesh: Mesh, *, reuse: bool = False) -> ShardedModel:
+    """Pad ``model``'s baseline axis to n_dev B rows and place every array on ``mesh``.
+
+    reuse: permute the baselines by the antenna-reuse plan first (see the module docstring).
+    """
     spec = model.spec
     n_dev = mesh.size
     a1, a2 = np.asarray(model.constants.a1), np.asarray(model.constants.a2)
     labels = _group_labels(model.constants.groups, spec.n_bl)
-    plan = tabascal_partition.plan_shards(a1, a2, spec.n_ant, n_dev, groups=labels)
+    reuse_plan = None
+    if reuse:
+        reuse_plan = tabascal_partition.antenna_reuse_plan(a1, a2, spec.n_ant, n_dev, labels)
+    plan = tabascal_partition.plan_shards(
+        a1, a2, spec.n_ant, n_dev, groups=labels, reuse=reuse_plan
+    )
     n_rows = n_dev * plan.block_size
+    order = None if reuse_plan is None else np.asarray(reuse_plan.order)
 
     def rows(array, fill):
-        return _put_rows(_pad_rows(array, n_rows, fill), mesh)
+        return _place_rows(array, fill, mesh, n_rows, order)
 
     sky_c = model.constants.sky
-    sky_c = _put_replicated(sky_c, mesh)._replace(
+    sky_c = _put_replicated(sky_c._replace(**dict.fromkeys(sky.BASELINE_FIELDS)), mesh)._replace(
         **{name: rows(getattr(model.constants.sky, name), "copy") for name in sky.BASELINE_FIELDS}
     )
     constants = _put_replicated(
@@ -177,7 +223,17 @@ def shard_model(model: joint.Model, mesh: Mesh) -> ShardedModel:
         sky=sky.SkyParams(rows(model.params.sky.z, 0))
     )
     info = dict(model.info, n_devices=n_dev, block_size=plan.block_size, n_ghost=plan.n_ghost)
-    sharded_spec = ShardedSpec(spec, mesh, plan.block_size, plan.n_ghost)
+    if reuse_plan is not None:
+        info["reuse_plan"] = {
+            "design": reuse_plan.design,
+            "width": reuse_plan.width,
+            "lower_bound": reuse_plan.lower_bound,
+            "contiguous_width": reuse_plan.contiguous_width,
+        }
+    antenna_ids = None if reuse_plan is None else _compact_antennas(plan)
+    sharded_spec = ShardedSpec(
+        spec, mesh, plan.block_size, plan.n_ghost, antenna_ids=antenna_ids, reuse=reuse_plan
+    )
     return ShardedModel(sharded_spec, constants, data, params, plan, info)
 
 
@@ -189,14 +245,28 @@ def _append_ghosts(x: jax.Array, n_ghost: int) -> jax.Array:
     return jnp.concatenate([x, jnp.zeros((n_ghost, *x.shape[1:]), x.dtype)])
 
 
+def _device_antennas(x: jax.Array, spec: ShardedSpec) -> jax.Array:
+    """This device's per-antenna rows (n_ant_total, ...) of ``x`` (n_ant, ...); in the map.
+
+    Without a reuse plan: every antenna, then the ghosts. With one: a gather of the device's
+    compact antenna table from ``x`` with a zero row appended (ghosts and unused slots select
+    it). The gather's transpose adds each compact antenna's cotangent into its global antenna.
+    """
+    if spec.antenna_ids is None:
+        return _append_ghosts(x, spec.n_ghost)
+    table = jnp.asarray(np.asarray(spec.antenna_ids, np.int32))
+    ids = table[jax.lax.axis_index(AXIS)]
+    return _append_ghosts(x, 1)[ids]
+
+
 def rfi_block(amp, phase, delay_us, freq_mhz, groups, spec: ShardedSpec) -> jax.Array:
     """One device's RFI visibilities (B, n_freq, n_time); runs inside ``shard_map``.
 
     amp, phase: (n_ant, n_src, n_freq, n_time), delay_us: (n_ant, n_src, n_time, n_path), all
     antennas (replicated); groups: this device's tables, indices and positions with a leading
-    axis of 1.
+    axis of 1 (antenna ids in the device's numbering: global, or compact with a reuse plan).
     """
-    amp, phase, delay_us = (_append_ghosts(x, spec.n_ghost) for x in (amp, phase, delay_us))
+    amp, phase, delay_us = (_device_antennas(x, spec) for x in (amp, phase, delay_us))
     n_freq, n_time = amp.shape[2], amp.shape[3]
     block = jnp.zeros((spec.block_size + 1, n_freq, n_time), amp.dtype)
     for group_spec, tables in zip(spec.model.groups, groups, strict=True):
@@ -250,18 +320,25 @@ def loss(params: joint.ModelParams, inputs, spec: ShardedSpec):
     return value, {"chi2": nll / data.n_points.astype(nll.dtype)}
 
 
+def data_order(rows, spec: ShardedSpec) -> np.ndarray:
+    """A sharded per-baseline array (n_dev B, ...) on the host, in the data's n_bl rows:
+    padded rows dropped and the reuse plan's permutation (if any) undone."""
+    rows = np.asarray(rows)[: spec.model.n_bl]
+    return rows if spec.reuse is None else spec.reuse.unpack(rows)
+
+
 def unpad(prediction: joint.Prediction, spec: ShardedSpec) -> joint.Prediction:
     """The prediction on the host (numpy), cubes cut to the data's n_bl rows in their order."""
-    n_bl = spec.model.n_bl
     return joint.Prediction(
-        sky=np.asarray(prediction.sky)[:n_bl],
-        rfi=np.asarray(prediction.rfi)[:n_bl],
+        sky=data_order(prediction.sky, spec),
+        rfi=data_order(prediction.rfi, spec),
         gains=np.asarray(prediction.gains),
-        model=np.asarray(prediction.model)[:n_bl],
+        model=data_order(prediction.model, spec),
     )
 
 
 def unpad_params(params: joint.ModelParams, spec: ShardedSpec) -> joint.ModelParams:
-    """Parameters on the host with the sky's padded rows dropped (joint.Model's layout)."""
+    """Parameters on the host in joint.Model's layout: the sky's padded rows dropped, rows in
+    the data's order."""
     host = jax.tree.map(np.asarray, params)
-    return host._replace(sky=sky.SkyParams(host.sky.z[: spec.model.n_bl]))
+    return host._replace(sky=sky.SkyParams(data_order(host.sky.z, spec)))

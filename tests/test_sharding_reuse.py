@@ -1,0 +1,217 @@
+"""The baseline axis with the antenna-reuse plan equals the single-device model.
+
+The reuse plan permutes the 28 baselines of 8 stations so that each device's block touches few
+antennas: on 3 devices 6 of the 8, on 4 devices 5 (hybrid and quadrature) or 6 (analytic). On
+1 and 2 devices no permutation can do better than all 8 (the plan's lower bound is 8: 14 pairs
+need 6 antennas on one device and the two devices' antennas must cover every pair), so the plan
+is plain contiguous ownership there and the test says so. Gradients are compared after
+``unpad_params`` has mapped the sky's rows back to the data's order.
+"""
+
+import collections
+from functools import partial
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from tabascal import fit, memory, run_config, sharding
+from tabascal.model import joint
+from tabascal.simulate import simulate, simulation_config
+from tabascal.store import read_observation
+
+N_DEVICES = 4
+# quadrature_limit picks the route, as in test_sharding_baseline: quadrature t1 + t16, one
+# analytic group, or quadrature t1 + analytic (the hybrid).
+ROUTES = {"quadrature": 256, "analytic": 0, "hybrid": 8}
+CHEAP = {"max_groups": 2, "segments": 1, "terms": 3, "cubic_terms": 1}
+LIGHT = [("hybrid", 4)]
+HEAVY = [("hybrid", 1), ("hybrid", 2), ("hybrid", 3), ("quadrature", 3), ("analytic", 4)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def double_precision():
+    assert jax.device_count() >= N_DEVICES, (
+        f"these tests need {N_DEVICES} devices but {jax.device_count()} are visible; set "
+        f"XLA_FLAGS=--xla_force_host_platform_device_count={N_DEVICES} before jax is imported"
+    )
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", previous)
+
+
+@pytest.fixture(scope="module")
+def obs(tmp_path_factory, double_precision):
+    path = tmp_path_factory.mktemp("sharding_reuse") / "obs.zarr"
+    overrides = {"array": {"n_stations": 8}, "observation": {"n_time": 30, "n_freq": 2}}
+    simulate(simulation_config("demo", overrides), path)
+    return read_observation(path)
+
+
+_references = {}
+
+
+def _reference(obs, route, precision="double"):
+    """(model, loss, gradient) of the single-device model, built once per route."""
+    key = (route, precision)
+    if key not in _references:
+        config = {"precision": precision, "rfi": {"quadrature_limit": ROUTES[route], **CHEAP}}
+        model = joint.build(obs, run_config.model_config(run_config.load(config)), init="prior")
+        inputs = (model.constants, model.data)
+        value, grad = jax.jit(jax.value_and_grad(lambda p: joint.loss(p, inputs, model.spec)[0]))(
+            model.params
+        )
+        _references[key] = (model, float(value), jax.tree.map(np.asarray, grad))
+    return _references[key]
+
+
+def _relative(a, b) -> float:
+    # Widened, so that float32 results are compared in double precision.
+    a, b = (np.asarray(x).astype(np.result_type(x, np.float64)) for x in (a, b))
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
+
+
+def _check_reuse_route_was_built(sharded, rfi, model):
+    """The RFI cube is on P("bl"), one block per device; the rows were permuted as planned."""
+    spec, plan, n_dev = sharded.spec, sharded.plan, sharded.spec.n_dev
+    n_bl, n_ant = model.spec.n_bl, model.spec.n_ant
+    assert rfi.sharding.is_equivalent_to(NamedSharding(spec.mesh, P("bl")), rfi.ndim)
+    shards = rfi.addressable_shards
+    assert len({s.device for s in shards}) == n_dev
+    assert all(s.data.shape[0] == spec.block_size for s in shards)
+    assert not np.any(np.asarray(rfi)[n_bl:]), "padded rows must carry no RFI"
+
+    reuse = plan.reuse
+    assert reuse is spec.reuse and spec.antenna_ids is not None
+    identity = np.array_equal(reuse.order, np.arange(n_bl))
+    if n_dev <= 2:
+        # Nothing narrower than every antenna exists; the plan keeps the data's order.
+        assert reuse.lower_bound == reuse.width == n_ant and identity, reuse.summary()
+    else:
+        assert not identity and reuse.width < n_ant, reuse.summary()
+    # Each device's compact table names exactly the global antennas its rows touch (n_ant
+    # stands for a zero-signal slot), padded to the common length width + ghosts.
+    a1, a2 = np.asarray(model.constants.a1), np.asarray(model.constants.a2)
+    packed = reuse.order
+    for d, table in enumerate(spec.antenna_ids):
+        assert len(table) == plan.n_ant_total == reuse.width + plan.n_ghost
+        rows = packed[d * spec.block_size : (d + 1) * spec.block_size]
+        touched = set(a1[rows]) | set(a2[rows])
+        assert {int(i) for i in table} - {n_ant} == touched
+    # The sharded a1 and data rows are the packed order's.
+    np.testing.assert_array_equal(np.asarray(sharded.constants.a1)[:n_bl], a1[packed])
+    np.testing.assert_array_equal(
+        np.asarray(sharded.data.vis)[:n_bl], np.asarray(model.data.vis)[packed]
+    )
+
+
+def _value_grad_rfi(sharded):
+    spec = sharded.spec
+
+    def value_grad_rfi(params, inputs):
+        value, grad = jax.value_and_grad(lambda p: sharding.loss(p, inputs, spec)[0])(params)
+        return value, grad, sharding.predict_rfi(params.rfi, inputs[0], spec)
+
+    return jax.jit(value_grad_rfi)(sharded.params, (sharded.constants, sharded.data))
+
+
+def _equivalence(obs, route, n_dev):
+    model, ref_value, ref_grad = _reference(obs, route)
+    sharded = sharding.shard_model(model, sharding.make_mesh(n_dev), reuse=True)
+    value, grad, rfi = _value_grad_rfi(sharded)
+    grad = sharding.unpad_params(grad, sharded.spec)
+    errors = {
+        name: max(_relative(g, w) for g, w in zip(*map(jax.tree.leaves, (got, want)), strict=True))
+        for name, got, want in zip(("sky", "rfi", "gains"), grad, ref_grad, strict=True)
+    }
+    loss_error = abs(float(value) / ref_value - 1)
+    print(f"reuse, {route} on {n_dev}: loss {loss_error:.1e}, gradient {errors}")
+    assert loss_error <= 1e-10
+    for name, error in errors.items():
+        assert error <= 1e-10, (name, error)
+    _check_reuse_route_was_built(sharded, rfi, model)
+    # The RFI cube in the data's order equals the single-device one.
+    want = jax.jit(partial(joint.predict_rfi, spec=model.spec))(model.params.rfi, model.constants)
+    got = sharding.data_order(rfi, sharded.spec)
+    assert _relative(got, want) <= 1e-10
+    return sharded
+
+
+@pytest.mark.parametrize(("route", "n_dev"), LIGHT, ids=[f"{r}-{n}dev" for r, n in LIGHT])
+def test_reuse_loss_and_gradient_equal_single_device(obs, route, n_dev):
+    sharded = _equivalence(obs, route, n_dev)
+    # Measured plan: the two groups pad (1, 1, 2, 0) and (1, 2, 1, 0) rows: ghosts in both.
+    assert all(int(g.n_padding.sum()) > 0 for g in sharded.plan.groups), sharded.plan.summary()
+    assert sharded.plan.n_ghost > 0
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize(("route", "n_dev"), HEAVY, ids=[f"{r}-{n}dev" for r, n in HEAVY])
+def test_reuse_loss_and_gradient_equal_single_device_more_cases(obs, route, n_dev):
+    sharded = _equivalence(obs, route, n_dev)
+    padded_groups = sum(int(g.n_padding.sum()) > 0 for g in sharded.plan.groups)
+    assert (sharded.plan.n_ghost > 0) == (padded_groups > 0)
+    if n_dev == 3 and route != "analytic":
+        assert padded_groups == 2, sharded.plan.summary()
+
+
+_steps = {}
+
+
+def _fit_step(obs, axis):
+    """(compiled optimisation step, initial state, inputs) of the hybrid model, built once."""
+    if axis not in _steps:
+        model, _, _ = _reference(obs, "hybrid")
+        optimizer = fit.make_optimizer(fit.FitConfig())
+        if axis == "reuse":
+            sharded = sharding.shard_model(model, sharding.make_mesh(N_DEVICES), reuse=True)
+            params, inputs = sharded.params, (sharded.constants, sharded.data)
+            loss_fn = partial(sharding.loss, spec=sharded.spec)
+        else:
+            params, inputs = model.params, (model.constants, model.data)
+            loss_fn = partial(joint.loss, spec=model.spec)
+        params = jax.tree.map(lambda x: x.copy(), params)  # the step donates its state
+        state = fit.init_state(params, optimizer)
+        step = fit.make_step(loss_fn, optimizer).lower(state, inputs).compile()
+        _steps[axis] = (step, state, inputs)
+    return _steps[axis]
+
+
+def test_compiled_reuse_step_has_no_gather_or_permute(obs):
+    step, _, _ = _fit_step(obs, "reuse")
+    found = memory.count_collectives(step)
+    print(f"collectives in the compiled reuse step on {N_DEVICES} devices: {found}")
+    for name in ("all-gather", "collective-permute", "all-to-all"):
+        assert found.get(name, 0) == 0, (name, found)
+    assert found.get("all-reduce", 0) >= 1, found  # the scalar sums at least
+
+
+@pytest.mark.heavy
+def test_twenty_reuse_fit_steps_reach_the_single_device_chi2(obs):
+    chi2 = collections.OrderedDict()
+    for axis in ("none", "reuse"):
+        step, state, inputs = _fit_step(obs, axis)
+        for _ in range(20):
+            state, _, aux = step(state, inputs)
+        chi2[axis] = float(aux["chi2"])
+    print(f"reduced chi-squared after 20 steps: {dict(chi2)}")
+    assert abs(chi2["reuse"] - chi2["none"]) <= 1e-9 * chi2["none"]
+
+
+@pytest.mark.heavy
+def test_reuse_in_single_precision_equals_single_device(obs):
+    model, ref_value, ref_grad = _reference(obs, "hybrid", precision="single")
+    sharded = sharding.shard_model(model, sharding.make_mesh(N_DEVICES), reuse=True)
+    value, grad, rfi = _value_grad_rfi(sharded)
+    grad = sharding.unpad_params(grad, sharded.spec)
+    worst = max(
+        _relative(g, w) for g, w in zip(*map(jax.tree.leaves, (grad, ref_grad)), strict=True)
+    )
+    loss_error = abs(float(value) / ref_value - 1)
+    print(f"reuse, hybrid on {N_DEVICES}, float32: loss {loss_error:.1e}, gradient {worst:.1e}")
+    assert rfi.dtype == np.complex64
+    assert loss_error <= 1e-5 and worst <= 1e-5
+    _check_reuse_route_was_built(sharded, rfi, model)
