@@ -59,3 +59,11 @@ def test_collectives_are_counted_by_operation_not_by_name():
 def test_a_single_device_program_has_no_collectives():
     compiled = jax.jit(lambda x: (x * 2.0).sum()).lower(jnp.ones((16, 4))).compile()
     assert memory.count_collectives(compiled) == {}
+
+
+def test_a_buffer_read_through_its_shards_is_counted_once():
+    x = jax.device_put(np.ones((64, 8), np.float32), jax.devices()[0])
+    before = memory.live_bytes_per_device()
+    views = [shard.data for shard in x.addressable_shards]  # live arrays over x's buffer
+    assert memory.live_bytes_per_device() == before
+    del x, views

@@ -73,15 +73,26 @@ def count_collectives(compiled: jax.stages.Compiled | str) -> dict[str, int]:
 
 
 def live_bytes_per_device(devices: Iterable[jax.Device] | None = None) -> list[int]:
-    """Bytes of every live jax array held on each device (the device's shards only)."""
+    """Bytes of every live jax array held on each device (the device's shards only).
+
+    A buffer is counted once: a sharded array's per-device pieces, once read through
+    ``addressable_shards``, are live arrays of their own over the same buffers.
+    """
     devices = list(devices) if devices is not None else jax.devices()
     totals = {d: 0 for d in devices}
+    seen = set()
     for array in jax.live_arrays():
         if array.is_deleted():
             continue
         for shard in array.addressable_shards:
-            if shard.device in totals:
-                totals[shard.device] += shard.data.nbytes
+            if shard.device not in totals:
+                continue
+            buffer = shard.data
+            key = (shard.device, buffer.unsafe_buffer_pointer(), buffer.nbytes)
+            if key in seen:
+                continue
+            seen.add(key)
+            totals[shard.device] += buffer.nbytes
     return [totals[d] for d in devices]
 
 
