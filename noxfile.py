@@ -10,7 +10,7 @@ from pathlib import Path
 import nox
 
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["lint", "tests", "integration", "ms"]
+nox.options.sessions = ["lint", "tests", "integration", "integration_heavy", "ms"]
 nox.options.error_on_missing_interpreters = True
 
 ROOT = Path(__file__).parent
@@ -70,9 +70,22 @@ def ms(session: nox.Session) -> None:
 
 @nox.session
 def integration(session: nox.Session) -> None:
-    """Cross-package tests: multi-device equivalence, multi-process and the command line."""
+    """Cross-package tests: multi-device equivalence, memory, multi-process and the command
+    line, less the cases marked heavy (session integration_heavy)."""
     _install_local(session, "tabascal", "[test]")
-    session.run("pytest", str(ROOT / "tests"), *session.posargs, env=FOUR_CPU_DEVICES)
+    session.run(
+        "pytest", str(ROOT / "tests"), "-m", "not heavy", *session.posargs, env=FOUR_CPU_DEVICES
+    )
+
+
+@nox.session
+def integration_heavy(session: nox.Session) -> None:
+    """The slower multi-device equivalence cases (pytest mark ``heavy``): more device counts
+    and RFI routes, 20-step fits and single precision, for every sharding route."""
+    _install_local(session, "tabascal", "[test]")
+    session.run(
+        "pytest", str(ROOT / "tests"), "-m", "heavy", *session.posargs, env=FOUR_CPU_DEVICES
+    )
 
 
 @nox.session

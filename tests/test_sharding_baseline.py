@@ -35,6 +35,9 @@ CASES = [
     ("quadrature", 3),
     ("analytic", 4),
 ]
+# Run by the nox session integration (the rest by integration_heavy): ghosts in both groups of
+# the hybrid route, and the evenly dividing analytic case.
+LIGHT = {("hybrid", 3), ("analytic", 4)}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -78,7 +81,13 @@ def _relative(a, b) -> float:
     return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
 
 
-@pytest.mark.parametrize(("route", "n_dev"), CASES, ids=[f"{r}-{n}dev" for r, n in CASES])
+@pytest.mark.parametrize(
+    ("route", "n_dev"),
+    [
+        pytest.param(r, n, id=f"{r}-{n}dev", marks=() if (r, n) in LIGHT else pytest.mark.heavy)
+        for r, n in CASES
+    ],
+)
 def test_sharded_loss_and_gradient_equal_single_device(obs, route, n_dev):
     model, ref_value, ref_grad = _reference(obs, route)
     sharded = sharding.shard_model(model, sharding.make_mesh(n_dev))
@@ -161,6 +170,7 @@ def test_compiled_step_on_four_devices_has_no_gather_or_permute(obs):
         assert found[name] == 0, (name, dict(found))
 
 
+@pytest.mark.heavy
 def test_twenty_fit_steps_on_four_devices_reach_the_single_device_chi2(obs):
     chi2 = {}
     for axis in ("none", "baseline"):
