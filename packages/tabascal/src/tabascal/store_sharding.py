@@ -1,0 +1,322 @@
+"""The baseline-sharded model built block by block: every process reads only its devices' rows.
+
+``sharding.shard_model`` places a model that ``joint.build`` set up from the whole observation
+in one process. ``build`` makes the same ``sharding.ShardedModel`` without ever holding the
+whole observation anywhere:
+
+1. every process reads the rows of its own devices' ownership blocks (``RowSource.read``) and
+   summarises them (``data_stats.DataStats``); the summaries are merged across processes, so
+   every process holds the same scalars (RFI signal-to-noise, RFI level, noise median, number of
+   unflagged points);
+2. the metadata and those scalars fix the RFI groups, the shard plan (with the antenna-reuse
+   permutation when asked, after which each process reads its devices' permuted rows) and every
+   per-antenna constant and parameter;
+3. each device's block of data, flags and noise is placed from the host rows of that device
+   alone; the initial RFI prediction, the per-baseline sky mean from the data less it, and the
+   sky prior's scale are computed on the devices, on ``P("bl")``.
+
+The result equals ``sharding.shard_model(joint.build(obs, ...), mesh, reuse=...)`` (the tests
+compare them array by array), except that padded rows' sky means are 0 rather than a copy of
+row 0's (padded rows are flagged; neither value reaches the loss).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import tabascal_partition
+from tabascal import distributed, sharding
+from tabascal.model import _whitened, joint, likelihood, sky
+from tabascal.model.data_stats import DataStats
+
+logger = logging.getLogger(__name__)
+
+
+class RowSource(Protocol):
+    """Where the observation's rows come from. ``meta``: every array but the visibilities
+    (a1, a2 for all rows); ``read(rows)``: vis, flags and noise of the given rows."""
+
+    meta: object
+
+    def read(self, rows: np.ndarray) -> HostRows: ...
+
+
+class HostRows(NamedTuple):
+    """vis (n, n_freq, n_time) complex, flags (n, n_freq, n_time) bool, noise (n,) float64."""
+
+    vis: np.ndarray
+    flags: np.ndarray
+    noise: np.ndarray
+
+
+def _runs(rows: np.ndarray) -> list[slice]:
+    """Sorted distinct rows as the fewest contiguous slices."""
+    if rows.size == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    starts = np.concatenate([[0], breaks])
+    stops = np.concatenate([breaks, [rows.size]])
+    return [slice(int(rows[a]), int(rows[b - 1]) + 1) for a, b in zip(starts, stops, strict=True)]
+
+
+def _gather_runs(rows: np.ndarray, read_slice) -> HostRows:
+    """``read_slice`` over the contiguous runs of ``rows`` (any order), in the order asked."""
+    wanted = np.asarray(rows, np.int64)
+    ordered = np.unique(wanted)
+    parts = [read_slice(run) for run in _runs(ordered)]
+    if not parts:
+        return None
+    joined = HostRows(*(np.concatenate(arrays) for arrays in zip(*parts, strict=True)))
+    where = np.searchsorted(ordered, wanted)
+    return HostRows(joined.vis[where], joined.flags[where], joined.noise[where])
+
+
+@dataclass(frozen=True)
+class StoreRows:
+    """Rows of a zarr observation store, read by contiguous runs (``store.read_observation``).
+
+    meta: the store's ``ObservationMeta``, or a replacement (e.g. with TLE orbits).
+    """
+
+    path: object
+    meta: object
+
+    def read(self, rows: np.ndarray) -> HostRows:
+        from tabascal.store import read_observation
+
+        def read_slice(run: slice) -> HostRows:
+            obs = read_observation(self.path, run, truth=False)
+            n = run.stop - run.start
+            return HostRows(obs.vis, obs.flags, likelihood.resolve_noise(obs.noise, n))
+
+        return _gather_runs(rows, read_slice)
+
+
+@dataclass(frozen=True)
+class MemoryRows:
+    """Rows of an observation already in memory (e.g. read from a Measurement Set)."""
+
+    obs: object
+
+    @property
+    def meta(self):
+        return self.obs
+
+    def read(self, rows: np.ndarray) -> HostRows:
+        rows = np.asarray(rows, np.int64)
+        noise = likelihood.resolve_noise(self.obs.noise, self.obs.vis.shape[0])
+        return HostRows(
+            np.asarray(self.obs.vis)[rows], np.asarray(self.obs.flags)[rows], noise[rows]
+        )
+
+
+def _local_devices(mesh) -> list[int]:
+    """Mesh positions of this process's devices."""
+    here = jax.process_index()
+    return [d for d, device in enumerate(mesh.devices.flat) if device.process_index == here]
+
+
+def _checked(rows: HostRows, first_row: int) -> HostRows:
+    """Validated rows (errors name the baseline by its row in the data)."""
+    try:
+        likelihood.validate_vis(rows.vis, rows.flags)
+    except ValueError as err:
+        raise ValueError(f"rows from {first_row}: {err}") from None
+    return rows
+
+
+def _merge_processes(stats: DataStats) -> DataStats:
+    """The statistics of every process's rows, identical in every process."""
+    if jax.process_count() == 1:
+        return stats
+    scalars = np.array([stats.peak_abs, stats.min_noise, stats.n_points], np.float64)
+    gathered = [
+        distributed.gather_exact(x) for x in (scalars, stats.abs_counts, stats.noise_counts)
+    ]
+    merged = None
+    for scalars, abs_counts, noise_counts in zip(*gathered, strict=True):
+        part = DataStats(float(scalars[0]), float(scalars[1]), int(scalars[2]), abs_counts,
+                         noise_counts)  # fmt: skip
+        merged = part if merged is None else merged.merge(part)
+    return merged
+
+
+def _device_rows(d: int, block_size: int, n_bl: int, order) -> np.ndarray:
+    rows = np.arange(d * block_size, min((d + 1) * block_size, n_bl))
+    return rows if order is None else np.asarray(order)[rows]
+
+
+def _place_blocks(blocks: dict, field: str, fill, mesh, block_size: int, dtype) -> jax.Array:
+    """Per-device host blocks (this process's devices) as one array on ``P("bl")``, each block
+    padded to ``block_size`` rows with ``fill``."""
+    some = next(iter(blocks.values()))
+    trailing = getattr(some, field).shape[1:]
+
+    def block(index):
+        d = index[0].start // block_size if index[0].start is not None else 0
+        rows = np.asarray(getattr(blocks[d], field)).astype(dtype, copy=False)
+        pad = np.full((block_size - rows.shape[0], *trailing), fill, dtype)
+        return np.concatenate([rows, pad])[(slice(None), *index[1:])]
+
+    shape = (mesh.size * block_size, *trailing)
+    return jax.make_array_from_callback(shape, NamedSharding(mesh, P(sharding.AXIS)), block)
+
+
+def build(
+    source: RowSource,
+    config: joint.ModelConfig,
+    mesh,
+    *,
+    init: str = "data",
+    seed: int = 0,
+    reuse: bool = False,
+) -> sharding.ShardedModel:
+    """The baseline-sharded model of ``source`` on ``mesh`` (see the module docstring).
+
+    init: "data" or "prior" ("truth" needs the whole truth in one process: use
+    ``joint.build`` and ``sharding.shard_model``).
+    """
+    if init not in ("data", "prior"):
+        raise ValueError(
+            f"init {init!r}: a model built block by block starts from 'data' or 'prior'"
+        )
+    meta = source.meta
+    joint.check_metadata(meta)
+    real = np.dtype(joint.PRECISIONS[config.precision])
+    cplx = np.result_type(real, np.complex64)
+    n_bl, n_dev = meta.n_bl, mesh.size
+    local = _local_devices(mesh)
+    owned = tabascal_partition.ownership(n_bl, n_dev)
+
+    def read(order):
+        out = {}
+        for d in local:
+            rows = _device_rows(d, owned.block_size, n_bl, order)
+            logger.debug("device %d: reading %d rows", d, rows.size)
+            host = source.read(rows) if rows.size else None
+            if host is None:
+                shape = (0, meta.n_freq, meta.n_time)
+                host = HostRows(np.zeros(shape, cplx), np.ones(shape, bool), np.ones(0))
+            out[d] = _checked(host, int(rows[0]) if rows.size else n_bl)
+        return out
+
+    with distributed.stage("reading this process's rows of the observation"):
+        blocks = read(None)
+        stats = None
+        for host in blocks.values():
+            part = DataStats.from_rows(host.vis, host.flags, host.noise)
+            stats = part if stats is None else stats.merge(part)
+    stats = _merge_processes(stats)
+    if stats.n_points == 0:
+        raise ValueError("every visibility is flagged: there is nothing to fit")
+    level = config.rfi_sigma or stats.rfi_level(meta.n_sat)
+    frame = joint._frame(meta, config, stats.snr, level, init, seed)
+
+    a1, a2 = np.asarray(meta.a1), np.asarray(meta.a2)
+    labels = sharding._group_labels(frame.constants.groups, n_bl)
+    reuse_plan = None
+    if reuse:
+        reuse_plan = tabascal_partition.antenna_reuse_plan(a1, a2, meta.n_ant, n_dev, labels)
+    plan = tabascal_partition.plan_shards(
+        a1, a2, meta.n_ant, n_dev, groups=labels, reuse=reuse_plan
+    )
+    order = None if reuse_plan is None else np.asarray(reuse_plan.order)
+    if order is not None:
+        with distributed.stage("reading this process's rows in the antenna-reuse order"):
+            blocks = read(order)
+    B, n_rows = plan.block_size, n_dev * plan.block_size
+
+    def place(field, fill, dtype):
+        return _place_blocks(blocks, field, fill, mesh, B, dtype)
+
+    def metadata_rows(array, fill):
+        return sharding._place_rows(array, fill, mesh, n_rows, order)
+
+    vis = place("vis", 0, cplx)
+    flags = place("flags", True, bool)
+    data = joint.Data(
+        vis=jax.jit(lambda v, f: jnp.where(f, 0, v))(vis, flags),
+        flags=flags,
+        noise=place("noise", 1, real),
+        n_points=sharding._put_replicated(jnp.asarray(stats.n_points, jnp.int32), mesh),
+    )
+
+    model_like = joint.Model(frame.spec, frame.constants, None, None, frame.info)
+    sky_host = sky.make_constants(
+        config.sky, frame.grid, frame.fringe_rate_hz, scale=1.0, dtype=real
+    )
+    rows_spec = NamedSharding(mesh, P(sharding.AXIS))
+    sky_c = sharding._put_replicated(sky_host._replace(**dict.fromkeys(sky.BASELINE_FIELDS)), mesh)
+    sky_c = sky_c._replace(
+        weight_time=metadata_rows(sky_host.weight_time, "copy"),
+        scale=None,
+        mean=jax.jit(lambda: jnp.zeros(n_rows, cplx), out_shardings=rows_spec)(),
+    )
+    constants = sharding._put_replicated(
+        frame.constants._replace(sky=None, groups=None, a1=None, a2=None), mesh
+    )
+    constants = constants._replace(
+        groups=sharding._sharded_groups(model_like, plan, mesh),
+        a1=metadata_rows(a1, 0),
+        a2=metadata_rows(a2, 0),
+    )
+    antenna_ids = None if reuse_plan is None else sharding._compact_antennas(plan)
+    spec = sharding.ShardedSpec(
+        frame.spec, mesh, B, plan.n_ghost, antenna_ids=antenna_ids, reuse=reuse_plan
+    )
+    rfi_params = sharding._put_replicated(frame.rfi, mesh)
+
+    # The sky mean of each row from its data less the initial RFI prediction, and the sky
+    # prior's scale: on the devices, each from its own rows; only the scale's sum crosses.
+    @jax.jit
+    def sky_start(rfi_params, constants, vis, flags):
+        rfi = sharding.predict_rfi(rfi_params, constants, spec)
+        mean = sky.mean_from_data(vis - rfi, flags)
+        return mean, jnp.sqrt(jnp.sum(jnp.abs(mean) ** 2) / n_bl)
+
+    sky_mean, rms = sky_start(rfi_params, constants, data.vis, data.flags)
+    sky_sigma = config.sky_sigma or max(float(rms), stats.noise_median)
+    scale = jnp.asarray(sky_sigma, real)
+    sky_c = sky_c._replace(
+        scale=jax.jit(lambda s: jnp.full(n_rows, s), out_shardings=rows_spec)(scale),
+        mean=sky_mean.astype(cplx) if init == "data" else sky_c.mean,
+    )
+    z_shape = (n_bl, 2, sky_host.weight_freq.shape[0], sky_host.weight_time.shape[1])
+    sky_params = sky.SkyParams(_sky_start_params(z_shape, real, init, seed, n_rows, order, mesh))
+    params = joint.ModelParams(sky_params, rfi_params, sharding._put_replicated(frame.gains, mesh))
+
+    info = dict(frame.info, sky_sigma=sky_sigma, n_devices=n_dev, block_size=B,
+                n_ghost=plan.n_ghost, read_by_block=True)  # fmt: skip
+    if reuse_plan is not None:
+        info["reuse_plan"] = {
+            "design": reuse_plan.design,
+            "width": reuse_plan.width,
+            "lower_bound": reuse_plan.lower_bound,
+            "contiguous_width": reuse_plan.contiguous_width,
+        }
+    constants = constants._replace(sky=sky_c)
+    return sharding.ShardedModel(spec, constants, data, params, plan, info)
+
+
+def _sky_start_params(shape, real, init, seed, n_rows, order, mesh) -> jax.Array:
+    """Initial whitened sky parameters on ``P("bl")``: zeros, or the prior draw that
+    ``joint.build`` makes (the same numbers), in the shard plan's row order."""
+    out = NamedSharding(mesh, P(sharding.AXIS))
+    padded = (n_rows, *shape[1:])
+    if init != "prior":
+        return jax.jit(lambda: jnp.zeros(padded, real), out_shardings=out)()
+    order = np.arange(shape[0]) if order is None else np.asarray(order)
+
+    def draw(key):
+        z = _whitened.draw(key, shape, real)[jnp.asarray(order)]
+        return jnp.concatenate([z, jnp.zeros((n_rows - shape[0], *shape[1:]), real)])
+
+    return jax.jit(draw, out_shardings=out)(jax.random.key(seed + 1))
