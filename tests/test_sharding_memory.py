@@ -14,8 +14,9 @@ What divides and what does not, as measured here (float32, 4 devices against 1):
   antenna-reuse plan. The rest of the step's temporaries divide like the visibilities (the
   sky, gains and likelihood: 0.28), but the RFI operator's Gram form builds, per cell and
   source, the products of every pair of antennas a device touches (``docs/kernels.md``); with
-  69 rows per device that is still all 24 antennas (+1 ghost), so that part does not shrink
-  at all, while the reuse plan's 15 antennas per device cut it to about (16 / 25)^2.
+  69 rows per device that is still all 24 antennas (276 rows divide evenly: no ghosts), so
+  that part does not shrink at all, while the reuse plan's 15 antennas per device cut it to
+  (15 / 24)^2 = 0.39.
 """
 
 from functools import partial
