@@ -16,3 +16,37 @@ def test_every_command_has_help():
     assert {"demo", "simulate", "inspect", "run", "plan"} <= set(commands)
     for name, sub in commands.items():
         assert sub.format_help().startswith(f"usage: tabascal {name}"), name
+
+
+def test_demo_memory_table_gives_each_axis_against_one_device():
+    from tabascal.cli_fit import _memory_lines
+
+    one = {"arguments": 4 * 2**20, "outputs": 2**20, "temporaries": 8 * 2**20, "aliased": 2**20}
+    four = {"arguments": 2**20, "outputs": 2**19, "temporaries": 2 * 2**20, "aliased": 2**19}
+    lines = _memory_lines({"none": (1, one), "baseline": (4, four)})
+    assert lines[-2].split() == ["none", "1", "4.00", "1.00", "8.00", "1.00", "12.00", "1.00"]
+    assert lines[-1].split() == ["baseline", "4", "1.00", "0.25", "2.00", "0.25", "3.00", "0.25"]
+
+
+def test_devices_can_still_be_set_after_jax_is_imported_but_not_started():
+    # The simulator's modules import jax while the parser is built; the device count must
+    # still take effect (a fresh interpreter, since this one has started jax).
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from tabascal.cli import build_parser\n"
+        "from tabascal.cli_fit import use_devices\n"
+        "import sys\n"
+        "build_parser()\n"
+        "assert 'jax' in sys.modules\n"
+        "assert use_devices(3) is None\n"
+        "import jax\n"
+        "print(jax.device_count())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.split()[-1] == "3"

@@ -28,13 +28,18 @@ def use_devices(n: int) -> str | None:
     if n < 1:
         return f"--devices {n}: the device count must be at least 1"
     if "jax" in sys.modules:
+        # Imported (the simulator's modules import jax) but perhaps not started: until the
+        # first operation the CPU device count can still be set.
         import jax
 
-        if jax.device_count() != n and jax.default_backend() == "cpu":
-            return (
-                f"--devices {n}: jax has already started with {jax.device_count()} devices; "
-                "start a new process"
-            )
+        try:
+            jax.config.update("jax_num_cpu_devices", n)
+        except RuntimeError:
+            if jax.device_count() != n and jax.default_backend() == "cpu":
+                return (
+                    f"--devices {n}: jax has already started with {jax.device_count()} "
+                    "devices; start a new process"
+                )
         return None
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(_DEVICE_FLAG)]
     os.environ["XLA_FLAGS"] = " ".join([*flags, f"{_DEVICE_FLAG}={n}"])
@@ -76,6 +81,47 @@ def _summary_lines(summary: dict) -> list[str]:
             t = truth[name]
             lines.append(f"    {name:<19} {t['rmse']:10.4g}   {t['rmse_over_noise']:10.4g}")
         lines.append(f"    {'gains':<19} {truth['gains']['rmse']:10.4g}")
+    return lines
+
+
+def _step_memory_by_axis(obs, config: dict, summary: dict) -> dict[str, tuple[int, dict]]:
+    """{axis: (devices, StageMemory dict)} of one optimisation step per device: the fit's own,
+    and the same step compiled (not run) on the baseline axis over every device."""
+    from functools import partial
+
+    import jax
+
+    from tabascal import fit, memory, run_config, sharding
+    from tabascal.model import joint
+
+    model = joint.build(obs, run_config.model_config(config), init=config["fit"]["init"])
+    sharded = sharding.shard_model(model, sharding.make_mesh())
+    optimizer = fit.make_optimizer(run_config.fit_config(config))
+    state = jax.eval_shape(partial(fit.init_state, optimizer=optimizer), sharded.params)
+    step = fit.make_step(partial(sharding.loss, spec=sharded.spec), optimizer)
+    stage = memory.stage_memory(step.lower(state, (sharded.constants, sharded.data)).compile())
+    return {
+        summary["shard_axis"]: (summary["n_devices"], summary["step_memory"]),
+        "baseline": (sharded.spec.n_dev, stage.as_dict()),
+    }
+
+
+def _memory_lines(by_axis: dict[str, tuple[int, dict]]) -> list[str]:
+    """A table of each axis's per-device step memory against the first axis's: arguments (the
+    state and inputs) and the working set (outputs and temporaries, less the donated state)."""
+
+    def parts(stage):
+        working = stage["outputs"] + stage["temporaries"] - stage["aliased"]
+        return stage["arguments"], working, stage["arguments"] + working
+
+    first = parts(next(iter(by_axis.values()))[1])
+    lines = [
+        "  one optimisation step, per device (compiled; MiB, and against one device)",
+        "    axis       devices    arguments       working set         total",
+    ]
+    for axis, (devices, stage) in by_axis.items():
+        cells = [f"{b / 2**20:7.2f} {b / f:5.2f}" for b, f in zip(parts(stage), first, strict=True)]
+        lines.append(f"    {axis:<10} {devices:7d}  " + "   ".join(cells))
     return lines
 
 
@@ -248,6 +294,8 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"tabascal demo: fitting ({config['fit']['steps']} steps) into {out_dir}")
     summary = run.run(obs, out_dir, config, overwrite=True, progress=not args.quiet)
     print("\n".join(_summary_lines(summary)))
+    if jax.device_count() > 1:
+        print("\n".join(_memory_lines(_step_memory_by_axis(obs, config, summary))))
     print(f"tabascal demo: done in {time.perf_counter() - start:.0f} s; outputs in {out_dir}")
     return 0
 
@@ -257,10 +305,15 @@ def add_demo(subparsers) -> None:
         "demo",
         help="simulate a small observation, fit it and summarise the result",
         description="Simulate the 'demo' preset (16 stations, 2 satellites), fit sky, RFI and "
-        "gains, and print the fit quality and the errors against the truth.",
+        "gains, and print the fit quality, the errors against the truth and the per-device "
+        "memory of the baseline axis against one device.",
     )
     parser.add_argument("-o", "--output", help="folder for obs.zarr and fit/ (default: temporary)")
     parser.add_argument("--steps", type=int, help="optimisation steps")
-    parser.add_argument("--devices", type=int, help="run on N virtual CPU devices")
+    parser.add_argument(
+        "--devices", type=int, default=4,
+        help="virtual CPU devices where there is no accelerator (default 4): the fit runs on "
+        "one, and the baseline axis's step memory over all of them is compared with it",
+    )  # fmt: skip
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     parser.set_defaults(func=_demo)
