@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -38,6 +40,8 @@ from jax.sharding import PartitionSpec as P
 
 from tabascal import fit, memory, sharding, source_sharding
 from tabascal.model import joint, likelihood, sky
+
+logger = logging.getLogger(__name__)
 
 AXES = ("none", "source", "baseline", "reuse")
 
@@ -223,7 +227,9 @@ def compile_stages(placed, axis: str, fit_config: fit.FitConfig, devices) -> lis
         return residual, chi2
 
     def stage(name, jitted, args, extra=()):
+        start = time.perf_counter()
         compiled = jitted.lower(*args).compile()
+        logger.info("%s: stage %s compiled in %.1f s", axis, name, time.perf_counter() - start)
         beside = bytes_per_device(extra, devices)
         here = [a + b for a, b in zip(resident, beside, strict=True)]
         reports.append(StageReport(name, memory.stage_memory(compiled), here))

@@ -254,10 +254,10 @@ class _Frame(NamedTuple):
     info: dict[str, Any]
 
 
-def _frame(meta, config: ModelConfig, snr: float, rfi_level: float, init: str, seed: int):
+def _frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None = None) -> _Frame:
     real = np.dtype(PRECISIONS[config.precision])
     n_ant, n_src, n_freq, n_time = meta.n_ant, meta.n_sat, meta.n_freq, meta.n_time
-    geom = observation_geometry(meta, config)
+    geom = observation_geometry(meta, config) if geom is None else geom
     specs, tables, group_sizes = _groups(meta, geom, snr, config, real)
     spec = ModelSpec(meta.n_bl, n_ant, n_src, n_freq, n_time, specs, config.rfi_vis)
     rfi_c = rfi_signal.make_constants(
@@ -353,6 +353,7 @@ def abstract_model(
     sky_sigma: float = 1.0,
     init: str = "data",
     seed: int = 0,
+    geom: Geometry | None = None,
 ) -> Model:
     """The model of an observation with metadata ``meta`` and no visibilities.
 
@@ -365,6 +366,8 @@ def abstract_model(
     snr: the RFI signal-to-noise that sizes the fine sampling (``DataStats.snr`` of the data it
     stands for): it fixes the groups, hence the shapes. rfi_level, sky_sigma: prior scales
     (values only, no shapes). init: "data" or "prior" ("truth" needs the data).
+    geom: ``observation_geometry(meta, config)`` when already at hand (it is the slow
+    part at 512 stations, and the same for every RFI route).
     """
     _check_init(init)
     if init == "truth":
@@ -372,7 +375,7 @@ def abstract_model(
     check_metadata(meta)
     real = np.dtype(PRECISIONS[config.precision])
     cplx = np.result_type(real, np.complex64)
-    frame = _frame(meta, config, snr, rfi_level, init, seed)
+    frame = _frame(meta, config, snr, rfi_level, init, seed, geom)
     sky_c = sky.make_constants(
         config.sky, frame.grid, frame.fringe_rate_hz, scale=sky_sigma, dtype=real
     )

@@ -233,3 +233,38 @@ def simulation_config(
     if config["sky"]["flux_max_jy"] < config["sky"]["flux_min_jy"]:
         raise ConfigError("config key 'sky.flux_max_jy' must be at least sky.flux_min_jy")
     return config
+
+
+def observation_scene(preset: str | None = None, overrides: Mapping | None = None, seed=None):
+    """The scene of a preset (geometry, emitters, gains, noise) drawn without simulating any
+    visibility: what a benchmark or a memory estimate needs at sizes too large to simulate."""
+    from tabascal.simulate.scene import build_scene
+
+    return build_scene(simulation_config(preset, overrides, seed))
+
+
+def observation_meta(preset: str | None = None, overrides: Mapping | None = None, seed=None):
+    """The ``ObservationMeta`` a simulation of the preset would write (no visibilities)."""
+    return observation_scene(preset, overrides, seed).meta
+
+
+def expected_snr(scene) -> float:
+    """Upper estimate of ``DataStats.snr`` (largest unflagged |V| over the smallest noise) for
+    data simulated from ``scene``, from the emitters alone.
+
+    No cross-correlation's RFI exceeds sum_s max_a |A[a, s]|^2 (the truth amplitudes, beam and
+    spectrum included) nor its sky the total flux; the noise adds a 6-sigma excursion (the
+    largest of ~1e9 draws).
+    """
+    import numpy as np
+
+    from tabascal.simulate.beam import beam_x, voltage_table
+    from tabascal.simulate.run import rfi_amplitudes
+
+    m = scene.meta
+    table = voltage_table(beam_x(m.dish_diameter_m, m.freqs_hz.max() + m.chan_width, 1.0))
+    amp = rfi_amplitudes(scene, table).astype(np.float64)  # (n_ant, n_sat, n_freq, n_time)
+    rfi_peak = np.max(np.sum(np.max(amp**2, axis=0), axis=0))
+    sky_peak = np.max(np.sum(scene.sky.flux(m.freqs_hz), axis=0), initial=0.0)
+    noise_min = float(np.min(scene.noise))
+    return float((rfi_peak + sky_peak) / noise_min + 6.0)

@@ -1,0 +1,218 @@
+"""One GPU session's benchmark: bench-512 on one device at 8, 32 and 64 channels, all-analytic
+and hybrid RFI (step time, allocator peak, reduced chi-squared after a fixed number of steps),
+then the ri_kernels operator benchmark at GPU size.
+
+    python benchmarks/gpu.py --out "$OUT"          # on the H200: about ten minutes
+    python benchmarks/gpu.py --tiny --out /tmp/gpu # the same plumbing on a CPU in about a minute
+
+Data: no simulation (it would take far longer than the session). The model is built from the
+preset's metadata (``joint.abstract_model``) and its data are drawn on the device from the model
+itself (``_common.synthetic_model``: a prior draw of sky, RFI signal and gains through
+``joint.predict``, plus unit noise); the fit starts from the prior mean. The chi-squared after
+``--steps`` steps says how far a fit of that length gets, not how well real data are fitted.
+
+Each (channels, RFI) case runs in its own process, so the allocator's peak
+(``tabascal.memory.allocator_peak_bytes``) is that case's alone, and a case that runs out of
+memory or time is recorded and the next one still runs. The metadata geometry, the slow host
+part at 512 stations, is computed once per channel count and handed to both RFI routes. Step
+time: the median of the timed steps after ``--warmup`` steps (the first compiles). Each case's
+record is written as soon as it ends, to ``gpu_<time>.json`` under ``--out`` ($OUT by default,
+else benchmarks/results/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common
+
+# 64 channels need most of an H200: let the allocator take up to 95 % of it (jax's default
+# pool is 75 %).
+CASE_ENV = {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.95", **os.environ}
+TINY = {"array": {"n_stations": 8}, "observation": {"n_time": 30}}
+
+
+def _arguments(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="bench-512")
+    parser.add_argument("--channels", type=int, nargs="+", default=[8, 32, 64])
+    parser.add_argument("--rfi", nargs="+", default=["analytic", "hybrid"])
+    parser.add_argument("--steps", type=int, default=20, help="steps after the warm-up")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--case-timeout", type=float, default=240.0, help="seconds per case")
+    parser.add_argument("--tiny", action="store_true", help="8 stations, 2 channels, CPU-sized")
+    parser.add_argument("--skip-kernels", action="store_true", help="no ri_kernels benchmark")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--case", help=argparse.SUPPRESS)  # internal: one case, JSON path
+    options = parser.parse_args(argv)
+    if options.tiny:
+        options.preset, options.channels = "demo", [2]
+        options.steps, options.warmup = min(options.steps, 5), 1
+    return options
+
+
+def run_case(spec: dict) -> dict:
+    """One (channels, RFI) case in this process: build, draw the data, fit, measure."""
+    import jax
+
+    from tabascal import fit, memory
+    from tabascal import run_config as rc
+    from tabascal.model import joint
+
+    start = time.perf_counter()
+    with open(spec["geometry"], "rb") as f:
+        geom = pickle.load(f)
+    abstract, config, _ = _common.preset_model(
+        spec["preset"], spec["channels"], spec["rfi"], spec["extra"], geom=geom
+    )
+    model = _common.synthetic_model(abstract)
+    jax.block_until_ready(model.data.vis)
+    after_data = memory.allocator_peak_bytes()
+    seconds_setup = time.perf_counter() - start
+    fit_config = rc.fit_config(config)
+    optimizer = fit.make_optimizer(fit_config)
+    step = fit.make_step(lambda p, i: joint.loss(p, i, model.spec), optimizer)
+    inputs = (model.constants, model.data)
+    state = fit.init_state(model.params, optimizer)
+    start = time.perf_counter()
+    compiled = step.lower(state, inputs).compile()
+    seconds_compile = time.perf_counter() - start
+    chi2, times = [], []
+    for _ in range(spec["warmup"] + spec["steps"]):
+        start = time.perf_counter()
+        state, _loss, aux = compiled(state, inputs)
+        chi2.append(float(aux["chi2"]))  # waits for the step
+        times.append(time.perf_counter() - start)
+    timed = times[spec["warmup"] :]
+    return {
+        "n_bl": model.spec.n_bl,
+        "rfi_groups": model.info["rfi_groups"],
+        "sky_modes": model.info["sky_modes"],
+        "step_seconds_median": statistics.median(timed),
+        "step_seconds": timed,
+        "chi2_initial": chi2[0],
+        "chi2_after_steps": chi2[-1],
+        "steps_taken": len(chi2),
+        "allocator_peak_bytes": memory.allocator_peak_bytes(),
+        "allocator_peak_bytes_after_data": after_data,
+        "step_memory": memory.stage_memory(compiled).as_dict(),
+        "seconds_setup": seconds_setup,
+        "seconds_compile": seconds_compile,
+        "device": str(jax.devices()[0]),
+    }
+
+
+def _geometry_file(preset, channels, extra, folder: Path) -> Path:
+    from tabascal import run_config as rc
+    from tabascal.model import joint
+    from tabascal.simulate import presets
+
+    meta = presets.observation_meta(preset, _common.preset_overrides(channels, extra))
+    geom = joint.observation_geometry(meta, rc.model_config(_common.run_config("hybrid")))
+    path = folder / f"geometry_{channels}.pkl"
+    with open(path, "wb") as f:
+        pickle.dump(geom, f)
+    return path
+
+
+def _run_kernels(tiny: bool) -> dict:
+    """The ri_kernels operator benchmark (``ri_kernels_bench``) at its GPU size, or tiny."""
+    import ri_kernels_bench as bench
+
+    from ri_kernels import make_indices
+
+    size = dict(bench.SIZES["gpu"])
+    if tiny:
+        size = dict(n_ant=16, n_rfi=2, n_freq=1, n_time=30, n_int_t=4, precisions=("f32",))
+    options = argparse.Namespace(operators="quadrature,analytic", repeats=5, max_seconds=20.0)
+    a1, a2 = np.triu_indices(size["n_ant"], k=1)
+    dims = {k: v for k, v in size.items() if k != "precisions"}
+    print(f"\nri_kernels operators: {dims}, n_bl = {a1.size}; reference_s: the goal")
+    start = time.perf_counter()
+    results = bench._run_cases("gpu", size, make_indices(size["n_ant"], a1, a2), options)
+    return {
+        "benchmark": "ri_kernels_bench",
+        "size": "tiny" if tiny else "gpu",
+        "dims": dims,
+        "results": results,
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def main(argv=None) -> None:
+    options = _arguments(argv)
+    if options.case:
+        spec = json.loads(Path(options.case).read_text())
+        record = run_case(spec)
+        Path(spec["result"]).write_text(json.dumps(record))
+        return
+    out = options.out or Path(os.environ.get("OUT") or _common.RESULTS)
+    out.mkdir(parents=True, exist_ok=True)
+    extra = TINY if options.tiny else None
+    import datetime
+
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d_%H%M%S")
+    path = out / f"gpu_{stamp}.json"
+    base = _common.provenance(["benchmarks/gpu.py", *(argv or sys.argv[1:])])
+    records = []
+    print(f"{'ch':>3} {'rfi':>8} {'step s':>8} {'peak GB':>8} {'chi2 0':>9} {'chi2 N':>9}  groups")
+    with tempfile.TemporaryDirectory() as folder:
+        folder = Path(folder)
+        for channels in options.channels:
+            geometry = _geometry_file(options.preset, channels, extra, folder)
+            for rfi in options.rfi:
+                spec = {
+                    "preset": options.preset, "channels": channels, "rfi": rfi, "extra": extra,
+                    "steps": options.steps, "warmup": options.warmup,
+                    "geometry": str(geometry), "result": str(folder / "result.json"),
+                }  # fmt: skip
+                (folder / "case.json").write_text(json.dumps(spec))
+                record = {**base, "preset": options.preset, "channels": channels, "rfi": rfi,
+                          "steps": options.steps, "warmup": options.warmup}  # fmt: skip
+                command = [sys.executable, __file__, "--case", str(folder / "case.json")]
+                start = time.perf_counter()
+                try:
+                    done = subprocess.run(
+                        command, capture_output=True, text=True, timeout=options.case_timeout,
+                        env=CASE_ENV,
+                    )  # fmt: skip
+                    if done.returncode == 0:
+                        record.update(json.loads((folder / "result.json").read_text()))
+                    else:
+                        record["error"] = done.stderr[-2000:]
+                except subprocess.TimeoutExpired:
+                    record["error"] = f"timed out after {options.case_timeout:.0f} s"
+                record["seconds_case"] = time.perf_counter() - start
+                record["load_average"] = list(os.getloadavg())
+                records.append(record)
+                path.write_text(json.dumps(records, indent=2) + "\n")
+                if "error" in record:
+                    print(f"{channels:3d} {rfi:>8}  failed: {record['error'][-300:]}", flush=True)
+                    continue
+                peak = record["allocator_peak_bytes"]
+                print(
+                    f"{channels:3d} {rfi:>8} {record['step_seconds_median']:8.3f} "
+                    f"{_common.gb(max(peak)) if peak else '-':>8} {record['chi2_initial']:9.4g} "
+                    f"{record['chi2_after_steps']:9.4g}  {record['rfi_groups']}",
+                    flush=True,
+                )
+    if not options.skip_kernels:
+        records.append({**base, **_run_kernels(options.tiny)})
+        path.write_text(json.dumps(records, indent=2) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

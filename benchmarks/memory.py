@@ -1,0 +1,191 @@
+"""Per-device memory of every stage of a fit, compiled from abstract shapes on virtual CPU devices.
+
+    python benchmarks/memory.py --preset bench-512 --channels 8 --devices 1 4 \\
+        --axes none baseline --json out.json
+
+For each preset, channel count and RFI route (``--rfi``: "analytic" makes every group
+analytic, "hybrid" is the default quadrature limit), the model is built from the preset's
+metadata alone (``tabascal.simulate.presets.observation_scene``: array layout, orbits, grid;
+no visibility is simulated) with ``joint.abstract_model``, the RFI signal-to-noise that sizes
+the fine sampling taken from ``presets.expected_snr`` (an upper estimate of the data's). Then,
+for each device count and axis ("none": one device; "source", "baseline"; "reuse": the baseline
+axis with the antenna-reuse plan), the route places the model (``tabascal.stages.
+place_abstract``: the data, the sky mean and the sky parameters stay abstract) and every stage
+is compiled (``tabascal.stages.compile_stages``: set-up, optimiser state, initial diagnostics,
+the optimisation step, the final prediction, the export).
+
+Reported per device: the bytes resident after placement (from each array's sharding), each
+stage's compiled arguments, outputs, temporaries and aliased bytes, and the peak estimate (the
+largest over the stages of resident bytes plus working set; see ``tabascal.stages``). XLA's CPU
+buffer assignment stands in for a GPU's: the figures are those of the programs, not of an
+allocator. The JSON is a list of records, one per (preset, channels, rfi, axis, devices).
+
+The script asks XLA for as many virtual CPU devices as the largest ``--devices`` before jax is
+imported; smaller meshes take the first devices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common
+
+AXES = ("none", "source", "baseline", "reuse")
+
+
+def _arguments(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="bench-512")
+    parser.add_argument("--channels", type=int, nargs="+", default=[8])
+    parser.add_argument("--rfi", nargs="+", default=["hybrid"], choices=list(_common.RFI_ROUTES))
+    parser.add_argument("--devices", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--axes", nargs="+", default=list(AXES), choices=AXES)
+    parser.add_argument(
+        "--override",
+        default=None,
+        help='JSON of further preset overrides, e.g. \'{"array": {"n_stations": 32}}\'',
+    )
+    parser.add_argument("--json", type=Path, default=None, help="output path (default results/)")
+    return parser.parse_args(argv)
+
+
+def _stage_record(report) -> dict:
+    memory = report.memory
+    return {
+        "arguments": memory.arguments,
+        "outputs": memory.outputs,
+        "temporaries": memory.temporaries,
+        "aliased": memory.aliased,
+        "working_set": memory.working_set,
+        "resident_bytes": report.resident,
+        "peak_bytes": report.peak,
+    }
+
+
+def measure(model, axis: str, n_dev: int, fit_config) -> dict:
+    """Place ``model`` (abstract) on ``axis`` over ``n_dev`` devices and compile its stages."""
+    import jax
+
+    from tabascal import stages
+
+    start = time.perf_counter()
+    route = stages.route(axis)
+    mesh = route.make_mesh(n_dev)
+    devices = jax.devices()[:1] if mesh is None else list(mesh.devices.flat)
+    placed = stages.place_abstract(model, axis, mesh)
+    placed_bytes = stages.bytes_per_device((placed.constants, placed.data, placed.params), devices)
+    placed_seconds = time.perf_counter() - start
+    reports = stages.compile_stages(placed, axis, fit_config, devices)
+    peaks = [max(r.peak[d] for r in reports) for d in range(len(devices))]
+    limiting = max(range(len(devices)), key=lambda d: peaks[d])
+    info = placed.info
+    record = {
+        "placed_bytes": placed_bytes,
+        "peak_bytes": peaks,
+        "peak_stage": max(reports, key=lambda r: r.peak[limiting]).name,
+        "stages": {r.name: _stage_record(r) for r in reports},
+        "seconds_place": placed_seconds,
+        "seconds_compile": time.perf_counter() - start - placed_seconds,
+    }
+    for key in ("block_size", "n_ghost", "n_src_padded", "reuse_plan"):
+        if key in info:
+            record[key] = info[key]
+    jax.clear_caches()
+    return record
+
+
+def _table_line(r: dict, reference: dict | None) -> str:
+    if "error" in r:
+        return f"{r['axis']:>8} {r['devices']:>3}  {r['error']}"
+    peak = max(r["peak_bytes"])
+    ratio = f"{peak / max(reference['peak_bytes']):.3f}" if reference else "-"
+    step = r["stages"]["step"]
+    return (
+        f"{r['axis']:>8} {r['devices']:>3} {_common.gb(max(r['placed_bytes'])):>9} "
+        f"{_common.gb(step['working_set']):>9} {_common.gb(peak):>9} {r['peak_stage']:>12} "
+        f"{ratio:>7} {r['seconds_compile']:8.1f}"
+    )
+
+
+def main(argv=None) -> list[dict]:
+    options = _arguments(argv)
+    _common.use_cpu_devices(max(options.devices))
+    import json
+
+    import jax
+
+    from tabascal import run_config, stages
+    from tabascal.model import joint
+    from tabascal.simulate import presets
+
+    jax.config.update("jax_enable_x64", False)
+    base = _common.provenance(["benchmarks/memory.py", *(argv or sys.argv[1:])])
+    extra = json.loads(options.override) if options.override else None
+    records = []
+    for channels in options.channels:
+        scene = presets.observation_scene(options.preset, _common.preset_overrides(channels, extra))
+        snr = presets.expected_snr(scene)
+        meta = scene.meta
+        for rfi in options.rfi:
+            config = _common.run_config(rfi)
+            start = time.perf_counter()
+            model = joint.abstract_model(meta, run_config.model_config(config), snr=snr)
+            seconds_model = time.perf_counter() - start
+            fit_config = run_config.fit_config(config)
+            print(
+                f"\n{options.preset}, {channels} channels, {rfi} RFI: {meta.n_ant} stations, "
+                f"{meta.n_bl} baselines, {meta.n_sat} satellites, {meta.n_time} cells, "
+                f"groups {model.info['rfi_groups']}, sky modes {model.info['sky_modes']} "
+                f"(model from metadata in {seconds_model:.0f} s)"
+            )
+            print(
+                f"{'axis':>8} {'dev':>3} {'placed':>9} {'step ws':>9} {'peak GB':>9} "
+                f"{'peak stage':>12} {'ratio':>7} {'compile':>8}"
+            )
+            reference = None
+            for n_dev in options.devices:
+                for axis in options.axes:
+                    if axis == "none" and n_dev != 1:
+                        continue
+                    record = {
+                        **base,
+                        "preset": options.preset,
+                        "channels": channels,
+                        "rfi": rfi,
+                        "axis": axis,
+                        "devices": n_dev,
+                        "n_ant": meta.n_ant,
+                        "n_bl": meta.n_bl,
+                        "n_src": meta.n_sat,
+                        "n_time": meta.n_time,
+                        "rfi_snr": snr,
+                        "rfi_groups": model.info["rfi_groups"],
+                        "sky_modes": model.info["sky_modes"],
+                    }
+                    if axis == "reuse" and not stages.reuse_available():
+                        record["error"] = "unavailable: sharding.shard_model takes no reuse yet"
+                    else:
+                        try:
+                            record.update(measure(model, axis, n_dev, fit_config))
+                        except ValueError as error:  # e.g. a plan a device count cannot take
+                            record["error"] = f"{type(error).__name__}: {error}"
+                    record["load_average"] = list(__import__("os").getloadavg())
+                    if axis == "none" and "error" not in record:
+                        reference = record
+                    if reference is not None and "error" not in record:
+                        record["ratio_to_one_device"] = max(record["peak_bytes"]) / max(
+                            reference["peak_bytes"]
+                        )
+                    print(_table_line(record, reference), flush=True)
+                    records.append(record)
+    path = _common.write_json(records, options.json, "memory")
+    print(f"wrote {path}")
+    return records
+
+
+if __name__ == "__main__":
+    main()
