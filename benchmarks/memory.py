@@ -20,8 +20,10 @@ largest over the stages of resident bytes plus working set; see ``tabascal.stage
 buffer assignment stands in for a GPU's: the figures are those of the programs, not of an
 allocator. The JSON is a list of records, one per (preset, channels, rfi, axis, devices).
 
-The script asks XLA for as many virtual CPU devices as the largest ``--devices`` before jax is
-imported; smaller meshes take the first devices.
+At one device only "none" runs when it is asked for (a sharded axis on one device is the same
+program); at more devices, the sharded axes. The script asks XLA for as many virtual CPU
+devices as the largest ``--devices`` before jax is imported; smaller meshes take the first
+devices.
 """
 
 from __future__ import annotations
@@ -149,7 +151,9 @@ def main(argv=None) -> list[dict]:
             reference = None
             for n_dev in options.devices:
                 for axis in options.axes:
-                    if axis == "none" and n_dev != 1:
+                    # One device: the sharded axes are the plain model on a mesh of one; with
+                    # "none" asked for too, that one stands for them all.
+                    if (axis == "none") != (n_dev == 1) and "none" in options.axes:
                         continue
                     record = {
                         **base,

@@ -1,0 +1,56 @@
+"""The memory benchmark's plumbing: a tiny preset on 2 virtual devices, in its own process."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = '{"array": {"n_stations": 8}, "observation": {"n_time": 30}}'
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    out = tmp_path_factory.mktemp("memory") / "memory.json"
+    command = [
+        sys.executable, str(ROOT / "benchmarks" / "memory.py"), "--preset", "demo",
+        "--override", TINY, "--channels", "2", "--devices", "1", "2", "--axes", "none",
+        "baseline", "--json", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_memory_records_one_peak_per_device_for_each_axis_and_device_count(records):
+    cases = {(r["axis"], r["devices"]) for r in records}
+    assert cases == {("none", 1), ("baseline", 2)}
+    for r in records:
+        for key in ("preset", "channels", "date", "commit", "machine", "jax"):
+            assert key in r, key
+        assert len(r["peak_bytes"]) == r["devices"] == len(r["placed_bytes"])
+        assert set(r["stages"]) == {
+            "setup", "optimiser_init", "diagnostics", "step", "predict", "export"
+        }  # fmt: skip
+        # The peak is the largest stage's resident bytes plus its working set.
+        for d in range(r["devices"]):
+            expected = max(
+                s["resident_bytes"][d] + s["outputs"] + s["temporaries"] - s["aliased"]
+                for s in r["stages"].values()
+            )
+            assert r["peak_bytes"][d] == expected
+
+
+def test_baseline_axis_places_each_device_its_block_of_the_data(records):
+    (two,) = [r for r in records if r["axis"] == "baseline" and r["devices"] == 2]
+    (one,) = [r for r in records if r["axis"] == "none"]
+    # 28 baselines on 2 devices: 14 rows each of complex64 vis, bool flags and float32 noise
+    # (2 channels, 30 cells), counted here from the shapes; every device holds at least that,
+    # and less than the whole model one device holds.
+    n_rows, cells = 14, 2 * 30
+    block = n_rows * cells * 8 + n_rows * cells + n_rows * 4
+    assert two["n_bl"] == 28
+    for placed in two["placed_bytes"]:
+        assert block <= placed < one["placed_bytes"][0]
