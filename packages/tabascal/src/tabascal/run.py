@@ -8,6 +8,7 @@ into place, so an interrupted run never leaves a half-written result under a fin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -15,11 +16,22 @@ import shutil
 import time
 from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import numpy as np
 
-from tabascal import fit, memory, plots, run_config, sharding, source_sharding
+from tabascal import (
+    block_output,
+    distributed,
+    fit,
+    memory,
+    plots,
+    run_config,
+    sharding,
+    source_sharding,
+    store_sharding,
+)
 from tabascal.config import dump_yaml
 from tabascal.model import gains, joint, likelihood
 
@@ -102,68 +114,65 @@ def truth_metrics(prediction: joint.Prediction, obs, noise: float) -> dict:
     return out
 
 
-def write_results(path: Path, prediction: joint.Prediction, data: joint.Data, obs) -> None:
-    """results.zarr: sky_vis, rfi_vis, model_vis, residual (data - model; 0 where flagged),
-    each (n_bl, n_freq, n_time); gains (n_ant, n_freq, n_time); a1, a2; written atomically."""
-    import zarr
-
-    path = Path(path)
-    partial_path = path.with_name("." + path.name + ".partial")
-    if partial_path.exists():
-        shutil.rmtree(partial_path)
-    group = zarr.open_group(str(partial_path), mode="w")
-    residual = jax.numpy.where(data.flags, 0, data.vis - prediction.model)
-    arrays = {
-        "sky_vis": prediction.sky,
-        "rfi_vis": prediction.rfi,
-        "model_vis": prediction.model,
-        "residual": residual,
-        "gains": prediction.gains,
-        "flags": data.flags,
-        "a1": np.asarray(obs.a1, np.int32),
-        "a2": np.asarray(obs.a2, np.int32),
-        "times_s": np.asarray(obs.times_s),
-        "freqs_hz": np.asarray(obs.freqs_hz),
-    }
-    for name, value in arrays.items():
-        value = np.asarray(value)
-        group.create_array(name, shape=value.shape, dtype=value.dtype)[...] = value
-    group.attrs["format"] = "tabascal.results"
-    group.attrs["format_version"] = 1
-    # A directory cannot be renamed over a non-empty one: move the old results aside first,
-    # so that at every moment a complete results.zarr (old or new) is in place or being swapped.
-    old = path.with_name("." + path.name + ".old")
-    if path.exists():
-        os.replace(path, old)
-    os.replace(partial_path, path)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _plot(out_dir: Path, history: fit.FitHistory, prediction, obs, config: dict) -> None:
+def _plot(out_dir: Path, history: fit.FitHistory, rows, model, data, meta) -> None:
+    """Loss curve, and model against data on the baselines ``rows`` (first channel)."""
     plots.plot_loss(history.loss, history.chi2, out_dir / "loss.png")
-    lengths = np.linalg.norm(obs.ant_itrf[obs.a1] - obs.ant_itrf[obs.a2], axis=1)
-    n_show = min(config["output"]["plot_baselines"], len(lengths))
-    rows = np.argsort(lengths)[np.linspace(0, len(lengths) - 1, n_show).astype(int)]
-    model = np.asarray(prediction.model)[rows, 0]
-    data = np.asarray(obs.vis)[rows, 0]
+    lengths = _baseline_lengths(meta)
     labels = [
-        f"baseline {obs.a1[r]}-{obs.a2[r]} ({lengths[r]:.0f} m), {obs.freqs_hz[0] / 1e6:.2f} MHz"
+        f"baseline {meta.a1[r]}-{meta.a2[r]} ({lengths[r]:.0f} m), {meta.freqs_hz[0] / 1e6:.2f} MHz"
         for r in rows
     ]
-    plots.plot_baselines(obs.times_s, data, model, data - model, labels, out_dir / "baselines.png")
+    model, data = model[:, 0], data[:, 0]
+    plots.plot_baselines(meta.times_s, data, model, data - model, labels, out_dir / "baselines.png")
 
 
-def _fit_route(model: joint.Model, shard_axis: str, reuse_plan: bool):
-    """(params, inputs, loss_fn, predict_fn, unpad, info, devices) of the chosen route.
+def _baseline_lengths(meta) -> np.ndarray:
+    return np.linalg.norm(meta.ant_itrf[meta.a1] - meta.ant_itrf[meta.a2], axis=1)
 
-    unpad maps a prediction to the data's rows on the host; devices are those the step runs
-    on (one for the unsharded route, the mesh for the others).
+
+def _plot_rows(meta, config: dict) -> np.ndarray:
+    """Baselines to plot: evenly spread in length, shortest to longest."""
+    lengths = _baseline_lengths(meta)
+    n_show = min(config["output"]["plot_baselines"], len(lengths))
+    return np.argsort(lengths)[np.linspace(0, len(lengths) - 1, n_show).astype(int)]
+
+
+def _keeping(cubes, rows: np.ndarray, kept: dict):
+    """Pass ``cubes`` through, copying the model and data (model + residual) of ``rows``."""
+    for block_rows, block in cubes:
+        hit = np.isin(block_rows, rows)
+        for r, model, residual in zip(
+            block_rows[hit], block["model_vis"][hit], block["residual"][hit], strict=True
+        ):
+            kept[int(r)] = (model, model + residual)
+        yield block_rows, block
+
+
+class _Route(NamedTuple):
+    """What the fit needs of the chosen route.
+
+    unpad: for the whole-array routes, a prediction to the data's rows on the host; spec: the
+    ``sharding.ShardedSpec`` of a baseline-sharded route (outputs go block by block), else None;
+    devices: those the step runs on (one for the unsharded route, the mesh for the others).
     """
+
+    params: object
+    inputs: tuple
+    loss_fn: object
+    predict_fn: object
+    unpad: object
+    info: dict
+    devices: list
+    spec: object
+
+
+def _whole_route(model: joint.Model, shard_axis: str, reuse_plan: bool) -> _Route:
+    """The route of a model set up from the whole observation in this process."""
     if shard_axis == "none":
-        return (
+        return _Route(
             model.params, (model.constants, model.data), partial(joint.loss, spec=model.spec),
             partial(joint.predict, spec=model.spec), lambda p: jax.tree.map(np.asarray, p),
-            model.info, [jax.devices()[0]],
+            model.info, [jax.devices()[0]], None,
         )  # fmt: skip
     route = {"baseline": sharding, "source": source_sharding}[shard_axis]
     mesh = route.make_mesh()
@@ -172,11 +181,47 @@ def _fit_route(model: joint.Model, shard_axis: str, reuse_plan: bool):
     else:
         sharded = route.shard_model(model, mesh)
     spec = sharded.spec
-    return (
+    return _Route(
         sharded.params, (sharded.constants, sharded.data), partial(route.loss, spec=spec),
         partial(route.predict, spec=spec), partial(route.unpad, spec=spec), sharded.info,
-        list(mesh.devices.flat),
+        list(mesh.devices.flat), spec if shard_axis == "baseline" else None,
     )  # fmt: skip
+
+
+def _block_route(sharded: sharding.ShardedModel) -> _Route:
+    spec = sharded.spec
+    return _Route(
+        sharded.params, (sharded.constants, sharded.data), partial(sharding.loss, spec=spec),
+        partial(sharding.predict, spec=spec), None, sharded.info, list(spec.mesh.devices.flat),
+        spec,
+    )  # fmt: skip
+
+
+def _whole_observation(source):
+    """Every row of ``source`` in this process (the routes that need them)."""
+    if isinstance(source, store_sharding.MemoryRows):
+        return source.obs
+    from tabascal.store import read_observation
+
+    return dataclasses.replace(read_observation(source.path), orbits=source.meta.orbits)
+
+
+def _place_like(state, template):
+    """A checkpoint's host arrays placed as the live ``template`` is, each process building
+    only its own devices' pieces."""
+
+    def place(value, like):
+        value = np.asarray(value)
+        return jax.make_array_from_callback(value.shape, like.sharding, lambda i: value[i])
+
+    return jax.tree.map(place, state, template)
+
+
+def _peak_bytes(stages, devices) -> list[int]:
+    """Per-device peak of every device of the run, gathered from the processes holding them."""
+    here = [d for d in devices if d.process_index == jax.process_index()]
+    local = np.asarray(memory.peak_bytes_per_device(stages, here), np.int64)
+    return [int(b) for b in distributed.gather_exact(local).ravel()]
 
 
 def run(
@@ -190,11 +235,15 @@ def run(
     reuse_plan: bool = False,
     progress: bool = True,
 ) -> dict:
-    """Fit ``obs`` (a ``tabascal.store.Observation``) with the validated ``config``; write the
-    outputs to ``out_dir`` and return the summary.
+    """Fit ``obs`` with the validated ``config``; write the outputs to ``out_dir`` (process 0)
+    and return the summary.
 
-    shard_axis: none, baseline or source (``run_config.shard_axis``); reuse_plan: permute the
-    baselines by the antenna-reuse plan (baseline axis only, ``run_config.reuse_plan``).
+    obs: a ``tabascal.store.Observation`` (all rows in memory) or a
+    ``store_sharding.RowSource`` (e.g. ``StoreRows``: rows read as needed). On the baseline
+    axis the model is built block by block (``store_sharding.build``): each process reads only
+    its own devices' rows and the outputs are written block by block; a multi-process run must
+    take that route. shard_axis: none, baseline or source (``run_config.shard_axis``);
+    reuse_plan: permute the baselines by the antenna-reuse plan (baseline axis only).
     """
     if shard_axis not in run_config.SHARD_AXES:
         raise ValueError(f"shard axis {shard_axis!r} is not known; use none, baseline or source")
@@ -203,19 +252,45 @@ def run(
             f"the antenna-reuse plan needs the baseline axis, not {shard_axis!r}; pass "
             "--shard-axis baseline or drop --reuse-plan"
         )
+    if config["precision"] == "double" and not jax.config.jax_enable_x64:
+        # Without jax's 64-bit mode every float64 array would silently become float32.
+        jax.config.update("jax_enable_x64", True)
+    source = obs if hasattr(obs, "read") else store_sharding.MemoryRows(obs)
+    init, seed = config["fit"]["init"], config["fit"]["seed"]
+    by_block = shard_axis == "baseline" and init != "truth"
+    if not by_block and distributed.process_count() > 1:
+        raise ValueError(
+            f"a run over {distributed.process_count()} processes reads the data block by block, "
+            f"which needs --shard-axis baseline and init 'data' or 'prior' (got shard axis "
+            f"{shard_axis!r}, init {init!r})"
+        )
     out_dir = Path(out_dir)
-    prepare_output(out_dir, resume=resume, overwrite=overwrite)
+    with distributed.stage("preparing the output folder"):
+        if distributed.is_writer():
+            prepare_output(out_dir, resume=resume, overwrite=overwrite)
     fit_cfg = run_config.fit_config(config)
-    model = joint.build(obs, run_config.model_config(config), init=config["fit"]["init"],
-                        seed=config["fit"]["seed"])  # fmt: skip
-    _write_atomically(out_dir / "config.yaml", dump_yaml(config))
-    params, inputs, loss_fn, predict_fn, unpad, info, devices = _fit_route(
-        model, shard_axis, reuse_plan
+    model_cfg = run_config.model_config(config)
+    whole_obs = None
+    if by_block:
+        mesh = sharding.make_mesh()
+        route = _block_route(
+            store_sharding.build(source, model_cfg, mesh, init=init, seed=seed, reuse=reuse_plan)
+        )
+    else:
+        whole_obs = _whole_observation(source)
+        model = joint.build(whole_obs, model_cfg, init=init, seed=seed)
+        route = _whole_route(model, shard_axis, reuse_plan)
+        # A sharded route drops the unsharded model's device arrays, so that device 0 holds
+        # only its own block during the fit.
+        del model
+    if distributed.is_writer():
+        _write_atomically(out_dir / "config.yaml", dump_yaml(config))
+    params, inputs, loss_fn, predict_fn = (
+        route.params,
+        route.inputs,
+        route.loss_fn,
+        route.predict_fn,
     )
-    # The data stay on the host for the final figures; a sharded route drops the unsharded
-    # model's device arrays, so that device 0 holds only its own block during the fit.
-    data = jax.tree.map(np.asarray, model.data)
-    del model
     optimizer = fit.make_optimizer(fit_cfg)
     state = fit.init_state(params, optimizer)
     history = None
@@ -223,7 +298,7 @@ def run(
         template = state
         state, history = fit.load_checkpoint(out_dir / CHECKPOINTS, state)
         if shard_axis != "none":
-            state = jax.device_put(state, jax.tree.map(lambda x: x.sharding, template))
+            state = _place_like(state, template)
         logger.info("resuming at step %d", int(state.step))
     compiled = fit.make_step(loss_fn, optimizer).lower(state, inputs).compile()
     stages = [memory.stage_memory(compiled)]
@@ -233,7 +308,7 @@ def run(
         checkpoint_dir=out_dir / CHECKPOINTS, progress=progress,
     )  # fmt: skip
     seconds_fit = time.perf_counter() - start
-    per_device_peak = memory.peak_bytes_per_device(stages, devices)
+    per_device_peak = _peak_bytes(stages, route.devices)
     # Each step reports the loss at the parameters it starts from, so the first step's figure
     # (kept in the history, across resumes) is the initial chi-squared; only a fit of zero
     # steps needs its own evaluation.
@@ -242,29 +317,68 @@ def run(
     else:
         chi2_init = float(jax.jit(loss_fn)(params, inputs)[1]["chi2"])
 
-    # Padded rows dropped and any permutation undone: the rows are in the data's order.
-    prediction = unpad(jax.jit(predict_fn)(state.params, inputs[0]))
+    data = inputs[1]
+    prediction = jax.jit(predict_fn)(state.params, inputs[0])
+    # A masked reduction on the devices that hold the rows (padded rows are flagged).
     chi2_final = float(
-        likelihood.reduced_chi2(prediction.model, data.vis, data.flags, data.noise,
-                                data.n_points)
+        jax.jit(likelihood.reduced_chi2)(prediction.model, data.vis, data.flags, data.noise,
+                                         data.n_points)
     )  # fmt: skip
+    meta = source.meta
+    n_bl = meta.n_bl
     summary = {
         "chi2_init": chi2_init,
         "chi2_final": chi2_final,
         "steps": int(state.step),
         "seconds_fit": seconds_fit,
-        "n_devices": len(devices),
+        "n_devices": len(route.devices),
+        "n_processes": distributed.process_count(),
         "shard_axis": shard_axis,
         "reuse_plan": reuse_plan,
+        "read_by_block": by_block,
         "per_device_peak_bytes": per_device_peak,
         "step_memory": stages[0].as_dict(),
         "collectives": memory.count_collectives(compiled),
-        "model": info,
+        "model": route.info,
     }
-    if obs.truth is not None:
-        summary["truth"] = truth_metrics(prediction, obs, float(np.mean(data.noise)))
-    write_results(out_dir / RESULTS, prediction, data, obs)
-    if config["output"]["plots"]:
-        _plot(out_dir, history, prediction, obs, config)
-    _write_atomically(out_dir / SUMMARY, json.dumps(summary, indent=2) + "\n")
+    if route.spec is not None:
+        # Baseline-sharded: the cubes leave block by block, in the data's row order.
+        spec = route.spec
+        residual = jax.jit(lambda f, v, m: jax.numpy.where(f, 0, v - m))(
+            data.flags, data.vis, prediction.model
+        )
+        cubes = block_output.sharded_cubes(prediction, residual, data.flags, spec)
+        gains_host = np.asarray(prediction.gains.addressable_data(0))
+        if source.has_truth:
+            noise_mean = float(jax.jit(lambda n: jax.numpy.sum(n[:n_bl]) / n_bl)(data.noise))
+            summary["truth"] = block_output.truth_metrics(
+                prediction, spec, source.read_truth, meta.a1, meta.a2, noise_mean
+            )
+    else:
+        host = route.unpad(prediction)
+        host_data = jax.tree.map(np.asarray, data)
+        residual = np.where(host_data.flags, 0, host_data.vis - host.model)
+        cubes = [(np.arange(n_bl), {
+            "sky_vis": host.sky, "rfi_vis": host.rfi, "model_vis": host.model,
+            "residual": residual, "flags": host_data.flags,
+        })]  # fmt: skip
+        gains_host = host.gains
+        if whole_obs.truth is not None:
+            summary["truth"] = truth_metrics(host, whole_obs, float(np.mean(host_data.noise)))
+    plot_rows = _plot_rows(meta, config) if config["output"]["plots"] else np.arange(0)
+    kept = {}
+    whole = {
+        "gains": gains_host,
+        "a1": np.asarray(meta.a1, np.int32),
+        "a2": np.asarray(meta.a2, np.int32),
+        "times_s": np.asarray(meta.times_s),
+        "freqs_hz": np.asarray(meta.freqs_hz),
+    }
+    block_output.write_results(out_dir / RESULTS, _keeping(cubes, plot_rows, kept), whole, n_bl)
+    if distributed.is_writer():
+        if config["output"]["plots"]:
+            model_rows = np.stack([kept[int(r)][0] for r in plot_rows])
+            data_rows = np.stack([kept[int(r)][1] for r in plot_rows])
+            _plot(out_dir, history, plot_rows, model_rows, data_rows, meta)
+        _write_atomically(out_dir / SUMMARY, json.dumps(summary, indent=2) + "\n")
     return summary

@@ -67,16 +67,23 @@ def _runs(rows: np.ndarray) -> list[slice]:
     return [slice(int(rows[a]), int(rows[b - 1]) + 1) for a, b in zip(starts, stops, strict=True)]
 
 
-def _gather_runs(rows: np.ndarray, read_slice) -> HostRows:
-    """``read_slice`` over the contiguous runs of ``rows`` (any order), in the order asked."""
+def _gather_runs(rows: np.ndarray, read_slice):
+    """``read_slice`` (a slice -> a NamedTuple of row arrays) over the contiguous runs of
+    ``rows`` (any order), joined in the order asked; None for no rows."""
     wanted = np.asarray(rows, np.int64)
     ordered = np.unique(wanted)
     parts = [read_slice(run) for run in _runs(ordered)]
     if not parts:
         return None
-    joined = HostRows(*(np.concatenate(arrays) for arrays in zip(*parts, strict=True)))
+    kind = type(parts[0])
     where = np.searchsorted(ordered, wanted)
-    return HostRows(joined.vis[where], joined.flags[where], joined.noise[where])
+    return kind(*(np.concatenate(arrays)[where] for arrays in zip(*parts, strict=True)))
+
+
+class _TruthCubes(NamedTuple):
+    vis: np.ndarray
+    sky_vis: np.ndarray
+    rfi_vis: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,31 @@ class StoreRows:
 
         return _gather_runs(rows, read_slice)
 
+    @property
+    def has_truth(self) -> bool:
+        from tabascal.store import store_info
+
+        return store_info(self.path).has_truth
+
+    def read_truth(self, rows: np.ndarray):
+        """Raw data and truth of ``rows`` (``block_output.TruthRows``)."""
+        from tabascal.block_output import TruthRows
+        from tabascal.store import read_observation
+
+        gains = []
+
+        def read_slice(run: slice) -> _TruthCubes:
+            obs = read_observation(self.path, run, truth=True)
+            gains.append(obs.truth.gains)
+            return _TruthCubes(obs.vis, obs.truth.sky_vis, obs.truth.rfi_vis)
+
+        rows = np.asarray(rows, np.int64)
+        if rows.size == 0:
+            read_slice(slice(0, 0))
+            empty = np.zeros((0, self.meta.n_freq, self.meta.n_time), np.complex64)
+            return TruthRows(empty, empty, empty, gains[0])
+        return TruthRows(*_gather_runs(rows, read_slice), gains[0])
+
 
 @dataclass(frozen=True)
 class MemoryRows:
@@ -116,6 +148,19 @@ class MemoryRows:
         return HostRows(
             np.asarray(self.obs.vis)[rows], np.asarray(self.obs.flags)[rows], noise[rows]
         )
+
+    @property
+    def has_truth(self) -> bool:
+        return self.obs.truth is not None
+
+    def read_truth(self, rows: np.ndarray):
+        """Raw data and truth of ``rows`` (``block_output.TruthRows``)."""
+        from tabascal.block_output import TruthRows
+
+        rows = np.asarray(rows, np.int64)
+        t = self.obs.truth
+        return TruthRows(np.asarray(self.obs.vis)[rows], np.asarray(t.sky_vis)[rows],
+                         np.asarray(t.rfi_vis)[rows], np.asarray(t.gains))  # fmt: skip
 
 
 def _local_devices(mesh) -> list[int]:

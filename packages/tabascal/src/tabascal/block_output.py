@@ -1,0 +1,180 @@
+"""Outputs of a fit written block by block, so that no process holds a whole cube.
+
+A baseline-sharded fit ends with its cubes on ``P("bl")``, each device holding one block of B
+rows (in the antenna-reuse order when that plan is used). ``write_results`` brings one block at
+a time to process 0 (``distributed.host_rows``) and writes it at its rows in the data's order;
+``truth_metrics`` reduces each process's own blocks against the truth rows it reads itself and
+sums the totals across processes. An unsharded fit is the case of a single block.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import jax
+import numpy as np
+
+from tabascal import distributed
+from tabascal.model import gains
+from tabascal.store.layout import default_chunk_rows
+
+#: The cubes of results.zarr, each (n_bl, n_freq, n_time) in the data's row order.
+CUBES = ("sky_vis", "rfi_vis", "model_vis", "residual", "flags")
+
+
+class Block(NamedTuple):
+    """Sharded rows [start, stop) of device ``device``, which are data rows ``rows``."""
+
+    device: int
+    start: int
+    stop: int
+    rows: np.ndarray
+
+
+def blocks(spec) -> list[Block]:
+    """The real rows of every device of a ``sharding.ShardedSpec``, in mesh order."""
+    n_bl, B = spec.model.n_bl, spec.block_size
+    out = []
+    for d in range(spec.n_dev):
+        start, stop = min(d * B, n_bl), min((d + 1) * B, n_bl)
+        packed = np.arange(start, stop)
+        rows = packed if spec.reuse is None else np.asarray(spec.reuse.order)[packed]
+        out.append(Block(d, start, stop, rows))
+    return out
+
+
+def local_block(array: jax.Array, block: Block, mesh) -> np.ndarray:
+    """This process's block of a ``P("bl")`` array, real rows only, as numpy."""
+    device = mesh.devices.flat[block.device]
+    for shard in array.addressable_shards:
+        if shard.device == device:
+            return np.asarray(shard.data)[: block.stop - block.start]
+    raise ValueError(f"device {block.device} is not in this process")
+
+
+def write_results(
+    path: Path,
+    cube_blocks: Iterable[tuple[np.ndarray, dict[str, np.ndarray]]],
+    whole: dict[str, np.ndarray],
+    n_bl: int,
+) -> None:
+    """Write results.zarr atomically from blocks of rows (process 0 writes; every process
+    must iterate ``cube_blocks`` when they gather across processes).
+
+    cube_blocks: (data rows, {name: (len(rows), n_freq, n_time)}) for the ``CUBES``; together
+    the rows cover 0..n_bl-1 once. whole: the small arrays written as they are (gains (n_ant,
+    n_freq, n_time), a1, a2, times_s, freqs_hz).
+    """
+    import zarr
+
+    writer = distributed.is_writer()
+    path = Path(path)
+    partial_path = path.with_name("." + path.name + ".partial")
+    group = None
+    if writer:
+        if partial_path.exists():
+            shutil.rmtree(partial_path)
+        group = zarr.open_group(str(partial_path), mode="w")
+    arrays = {}
+    for rows, cubes in cube_blocks:
+        if not writer:
+            continue
+        rows = np.asarray(rows)
+        for name, value in cubes.items():
+            if name not in arrays:
+                shape = (n_bl, *value.shape[1:])
+                chunk_rows = max(1, min(rows.size, default_chunk_rows(*shape[1:])))
+                arrays[name] = group.create_array(
+                    name, shape=shape, dtype=value.dtype, chunks=(chunk_rows, *shape[1:])
+                )
+            contiguous = rows.size and np.array_equal(rows, np.arange(rows[0], rows[0] + rows.size))
+            if contiguous:
+                arrays[name][int(rows[0]) : int(rows[0]) + rows.size] = value
+            elif rows.size:
+                order = np.argsort(rows)
+                arrays[name].oindex[rows[order]] = value[order]
+    if not writer:
+        return
+    for name, value in whole.items():
+        value = np.asarray(value)
+        group.create_array(name, shape=value.shape, dtype=value.dtype)[...] = value
+    group.attrs["format"] = "tabascal.results"
+    group.attrs["format_version"] = 1
+    # A directory cannot be renamed over a non-empty one: move the old results aside first,
+    # so that at every moment a complete results.zarr (old or new) is in place or being swapped.
+    old = path.with_name("." + path.name + ".old")
+    if path.exists():
+        os.replace(path, old)
+    os.replace(partial_path, path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def sharded_cubes(prediction, residual, flags, spec) -> Iterator[tuple[np.ndarray, dict]]:
+    """The ``CUBES`` of a sharded fit, one device block at a time, on every process (a
+    collective per block and cube when the blocks live in several processes)."""
+    named = {
+        "sky_vis": prediction.sky,
+        "rfi_vis": prediction.rfi,
+        "model_vis": prediction.model,
+        "residual": residual,
+        "flags": flags,
+    }
+    for block in blocks(spec):
+        if block.stop > block.start:
+            yield (
+                block.rows,
+                {
+                    name: distributed.host_rows(x, block.start, block.stop)
+                    for name, x in named.items()
+                },
+            )
+
+
+class TruthRows(NamedTuple):
+    """What the truth comparison reads for some rows: the raw data and the true sky and RFI
+    visibilities (n, n_freq, n_time), and the true gains (n_ant, n_freq, n_time)."""
+
+    vis: np.ndarray
+    sky_vis: np.ndarray
+    rfi_vis: np.ndarray
+    gains: np.ndarray
+
+
+def truth_metrics(prediction, spec, read_truth, a1, a2, noise_mean: float) -> dict:
+    """RMSE against the truth, as ``run.truth_metrics``, from each process's own blocks.
+
+    read_truth(rows) -> ``TruthRows``; a1, a2: (n_bl,) in the data's order.
+    """
+    mesh = spec.mesh
+    here = jax.process_index()
+    sums = np.zeros(3, np.float64)
+    fitted_gains = np.asarray(prediction.gains.addressable_data(0))
+    true_gains = None
+    for block in blocks(spec):
+        if mesh.devices.flat[block.device].process_index != here or block.stop == block.start:
+            continue
+        truth = read_truth(block.rows)
+        true_gains = truth.gains
+        sky = local_block(prediction.sky, block, mesh)
+        rfi = local_block(prediction.rfi, block, mesh)
+        b1, b2 = np.asarray(a1)[block.rows], np.asarray(a2)[block.rows]
+        fitted_rfi = np.asarray(gains.apply(rfi, fitted_gains, b1, b2))
+        true_rfi = np.asarray(gains.apply(truth.rfi_vis, truth.gains, b1, b2))
+        sums += [
+            np.sum(np.abs(sky - truth.sky_vis) ** 2),
+            np.sum(np.abs(fitted_rfi - true_rfi) ** 2),
+            np.sum(np.abs(truth.vis - truth.sky_vis) ** 2),
+        ]
+    total = distributed.gather_exact(sums).sum(axis=0)
+    count = spec.model.n_bl * spec.model.n_freq * spec.model.n_time
+    out = {}
+    for name, value in zip(("sky", "rfi", "raw_data"), np.sqrt(total / count), strict=True):
+        out[name] = {"rmse": float(value), "rmse_over_noise": float(value) / noise_mean}
+    if true_gains is None:  # this process holds no rows
+        true_gains = read_truth(np.arange(0, dtype=np.int64)).gains
+    out["gains"] = {"rmse": float(np.sqrt(np.mean(np.abs(fitted_gains - true_gains) ** 2)))}
+    return out
