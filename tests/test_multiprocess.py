@@ -1,9 +1,15 @@
 """Runs of 2 processes x 2 virtual CPU devices on 127.0.0.1 (jax.distributed with gloo)."""
 
+import json
+import re
 from pathlib import Path
 
 import numpy as np
+import pytest
+import zarr
 from multiprocess import run_processes
+
+from tabascal.simulate import simulate, simulation_config
 
 WORKERS = Path(__file__).parent / "workers"
 
@@ -40,3 +46,85 @@ def test_a_failure_in_one_process_stops_the_other_with_its_message():
         "checking the output folder failed in process 1 of 2 "
         "(FileExistsError: out/ is not empty)" in text0
     ), text0
+
+
+CONFIG = """\
+precision: double
+fit:
+  steps: 5
+  second_phase_steps: 0
+output:
+  plot_baselines: 2
+rfi:
+  max_groups: 2
+  quadrature_limit: 8
+  segments: 1
+  terms: 3
+  cubic_terms: 1
+"""
+READ = re.compile(r"reading baseline rows (\d+)\.\.(\d+) of ")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("multiprocess") / "obs.zarr"
+    overrides = {"array": {"n_stations": 8}, "observation": {"n_time": 30, "n_freq": 2}}
+    simulate(simulation_config("demo", overrides), path)
+    (path.parent / "config.yaml").write_text(CONFIG)
+    return path
+
+
+def _argv(store, out, *extra):
+    return [WORKERS / "run.py", "run", "--data", store, "-o", out, "-c",
+            store.parent / "config.yaml", "-q", "--shard-axis", "baseline", *extra]  # fmt: skip
+
+
+def _rows_read(text: str) -> set[int]:
+    return {r for a, b in READ.findall(text) for r in range(int(a), int(b))}
+
+
+@pytest.mark.heavy
+def test_two_processes_fit_as_one_process_on_four_devices(store, tmp_path):
+    ((code, one),) = run_processes(
+        lambda i, c: _argv(store, tmp_path / "one", "--devices", 4), 1, timeout_s=600
+    )
+    assert code == 0, one
+    two = run_processes(
+        lambda i, c: _argv(store, tmp_path / "two", "--devices", 2, "--coordinator", c,
+                           "--num-processes", 2, "--process-id", i),
+        2, timeout_s=600,
+    )  # fmt: skip
+    for code, text in two:
+        assert code == 0, text
+    reference = json.loads((tmp_path / "one" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert summary["n_processes"] == 2 and summary["n_devices"] == 4 and summary["read_by_block"]
+    assert reference["n_processes"] == 1 and reference["n_devices"] == 4
+    assert len(summary["per_device_peak_bytes"]) == 4
+    print("chi2_final, 2 processes:", summary["chi2_final"], "1 process:", reference["chi2_final"])
+    assert summary["chi2_final"] == pytest.approx(reference["chi2_final"], rel=1e-9)
+    assert summary["truth"]["sky"]["rmse"] == pytest.approx(
+        reference["truth"]["sky"]["rmse"], rel=1e-6
+    )
+    # 28 rows on 4 devices, B = 7: process 0 holds rows 0-13, process 1 rows 14-27, and each
+    # read only those (data, then truth for the metrics).
+    assert _rows_read(two[0][1]) == set(range(0, 14)), two[0][1]
+    assert _rows_read(two[1][1]) == set(range(14, 28)), two[1][1]
+    # Only process 0 wrote and printed; its results equal the one-process run's.
+    assert "tabascal run: wrote" in two[0][1] and "tabascal run: wrote" not in two[1][1]
+    got = zarr.open_group(str(tmp_path / "two" / "results.zarr"), mode="r")
+    want = zarr.open_group(str(tmp_path / "one" / "results.zarr"), mode="r")
+    for key in ("model_vis", "residual", "gains", "a1"):
+        a, b = np.asarray(got[key]), np.asarray(want[key])
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-7 * np.max(np.abs(b)), err_msg=key)
+    assert (tmp_path / "two" / "baselines.png").is_file()
+
+    # A second run into the same folder fails in process 0 (not empty); process 1 stops too.
+    again = run_processes(
+        lambda i, c: _argv(store, tmp_path / "two", "--devices", 2, "--coordinator", c,
+                           "--num-processes", 2, "--process-id", i),
+        2, timeout_s=300,
+    )  # fmt: skip
+    assert again[0][0] == 2 and "is not empty; pass --overwrite" in again[0][1], again[0][1]
+    assert again[1][0] == 2, again[1][1]
+    assert "preparing the output folder failed in process 0 of 2" in again[1][1], again[1][1]

@@ -144,8 +144,52 @@ def _read(path, config: dict | None = None):
     return obs
 
 
+def _source(path, config: dict):
+    """The rows of the observation at ``path``: a zarr store is read block by block as the
+    fit needs its rows; a Measurement Set is read whole (convert it with ``tabascal import-ms``
+    for block reads)."""
+    import dataclasses
+
+    from tabascal.measurement_set import is_measurement_set
+    from tabascal.store import read_meta
+    from tabascal.store_sharding import MemoryRows, StoreRows
+
+    if is_measurement_set(path):
+        return MemoryRows(_read(path, config))
+    meta = read_meta(path)
+    satellites = config.get("satellites", {})
+    if satellites.get("tle_file"):
+        from tabascal.tle import load_tle_orbits
+
+        orbits = load_tle_orbits(
+            satellites["tle_file"], satellites["catalogue_numbers"], meta.epoch_utc,
+            gast0_rad=meta.gast0_rad,
+        )  # fmt: skip
+        meta = dataclasses.replace(meta, orbits=orbits)
+    return StoreRows(path, meta)
+
+
+def _start_processes(args) -> str | None:
+    """Join a multi-process run when flags or launcher variables describe one; an error
+    message when they are wrong or the run cannot be joined."""
+    from tabascal import distributed
+
+    try:
+        distributed.initialize(distributed.launch_from(
+            coordinator=args.coordinator, num_processes=args.num_processes,
+            process_id=args.process_id,
+        ))  # fmt: skip
+    except distributed.LaunchError as err:
+        return str(err)
+    return None
+
+
 def _run(args: argparse.Namespace) -> int:
-    from tabascal import run, run_config
+    error = _start_processes(args)
+    if error:
+        print(f"tabascal run: error: {error}", file=sys.stderr)
+        return 2
+    from tabascal import distributed, run, run_config
     from tabascal.config import ConfigError, describe
     from tabascal.store import StoreError
 
@@ -160,17 +204,18 @@ def _run(args: argparse.Namespace) -> int:
         axis = run_config.shard_axis(args.shard_axis, config)
         reuse = run_config.reuse_plan(args.reuse_plan, config, axis)
         summary = run.run(
-            _read(args.data, config), Path(args.output), config, resume=args.resume,
+            _source(args.data, config), Path(args.output), config, resume=args.resume,
             overwrite=args.overwrite, shard_axis=axis, reuse_plan=reuse, progress=not args.quiet,
         )  # fmt: skip
     except (ConfigError, StoreError, ValueError, FileExistsError, FileNotFoundError) as err:
         print(f"tabascal run: error: {err}", file=sys.stderr)
         return 2
-    except (NotImplementedError, ImportError) as err:
+    except (NotImplementedError, ImportError, distributed.PeerFailure) as err:
         print(f"tabascal run: error: {err}", file=sys.stderr)
         return 2
-    print(f"tabascal run: wrote {args.output}")
-    print("\n".join(_summary_lines(summary)))
+    if distributed.is_writer():
+        print(f"tabascal run: wrote {args.output}")
+        print("\n".join(_summary_lines(summary)))
     return 0
 
 
@@ -204,6 +249,15 @@ def add_run(subparsers) -> None:
         help="with --shard-axis baseline: permute the baselines so that each device touches "
         "few antennas (overrides config key sharding.reuse_plan)",
     )  # fmt: skip
+    group = parser.add_argument_group(
+        "multi-process runs",
+        "one process per host or GPU, all running the same command; without these flags the "
+        "process count and index come from torchrun-style variables (MASTER_ADDR, MASTER_PORT, "
+        "RANK, WORLD_SIZE), SLURM or Open MPI when present",
+    )
+    group.add_argument("--coordinator", help="HOST:PORT of process 0's coordination service")
+    group.add_argument("--num-processes", type=int, help="number of processes in the run")
+    group.add_argument("--process-id", type=int, help="this process's index, 0 to N-1")
     parser.add_argument("--list-keys", action="store_true", help="list every configuration key")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=_run)
