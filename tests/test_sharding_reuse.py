@@ -8,7 +8,6 @@ is plain contiguous ownership there and the test says so. Gradients are compared
 ``unpad_params`` has mapped the sky's rows back to the data's order.
 """
 
-import collections
 from functools import partial
 
 import jax
@@ -70,7 +69,8 @@ def _reference(obs, route, precision="double"):
 
 def _relative(a, b) -> float:
     # Widened, so that float32 results are compared in double precision.
-    a, b = (np.asarray(x).astype(np.result_type(x, np.float64)) for x in (a, b))
+    a, b = (np.asarray(x) for x in (a, b))
+    a, b = (x.astype(np.result_type(x.dtype, np.float64)) for x in (a, b))
     return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
 
 
@@ -191,13 +191,13 @@ def test_compiled_reuse_step_has_no_gather_or_permute(obs):
 
 @pytest.mark.heavy
 def test_twenty_reuse_fit_steps_reach_the_single_device_chi2(obs):
-    chi2 = collections.OrderedDict()
+    chi2 = {}
     for axis in ("none", "reuse"):
         step, state, inputs = _fit_step(obs, axis)
         for _ in range(20):
             state, _, aux = step(state, inputs)
         chi2[axis] = float(aux["chi2"])
-    print(f"reduced chi-squared after 20 steps: {dict(chi2)}")
+    print(f"reduced chi-squared after 20 steps: {chi2}")
     assert abs(chi2["reuse"] - chi2["none"]) <= 1e-9 * chi2["none"]
 
 
