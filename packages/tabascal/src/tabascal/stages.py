@@ -187,16 +187,31 @@ def _abstract(tree):
 
 
 def _output_tree(compiled, out_shape, mesh):
-    """The compiled program's outputs as ShapeDtypeStructs with their shardings. Outputs that
-    depend on no input (an optimiser's step count) come back uncommitted on one device; on a
-    mesh they are taken as replicated, as ``jit`` treats an uncommitted array."""
+    """The compiled program's outputs as ShapeDtypeStructs with their shardings."""
+    return jax.tree.map(
+        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=_committed(sh, mesh)),
+        out_shape,
+        compiled.output_shardings,
+    )
 
-    def one(s, sh):
-        if mesh is not None and isinstance(sh, SingleDeviceSharding):
-            sh = NamedSharding(mesh, P())
-        return jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh)
 
-    return jax.tree.map(one, out_shape, compiled.output_shardings)
+def _committed(sharding, mesh):
+    """Scalars that depend on no input come back on one device; on a mesh they are taken as
+    replicated, as ``jit`` treats an uncommitted array."""
+    if mesh is not None and isinstance(sharding, SingleDeviceSharding):
+        return NamedSharding(mesh, P())
+    return sharding
+
+
+def state_shardings(params, state_shape, mesh, device):
+    """Shardings of an optimiser state: each leaf shaped like a parameter takes that
+    parameter's sharding, as ``optimizer.init`` run eagerly on placed parameters gives (its
+    ``zeros_like`` keeps the sharding); the rest (step counts) are replicated."""
+    by_shape = {}
+    for leaf in jax.tree.leaves(params):
+        by_shape.setdefault((leaf.shape, np.dtype(leaf.dtype)), leaf.sharding)
+    other = device if mesh is None else NamedSharding(mesh, P())
+    return jax.tree.map(lambda s: by_shape.get((s.shape, np.dtype(s.dtype)), other), state_shape)
 
 
 def compile_stages(placed, axis: str, fit_config: fit.FitConfig, devices) -> list[StageReport]:
@@ -236,9 +251,11 @@ def compile_stages(placed, axis: str, fit_config: fit.FitConfig, devices) -> lis
         return compiled
 
     stage("setup", jax.jit(setup), (params, constants, data))
-    init = stage("optimiser_init", jax.jit(optimizer.init), (params,))
     mesh = getattr(spec, "mesh", None)
-    opt_state = _output_tree(init, jax.eval_shape(optimizer.init, params), mesh)
+    state_shape = jax.eval_shape(optimizer.init, params)
+    shardings = state_shardings(params, state_shape, mesh, SingleDeviceSharding(devices[0]))
+    init = jax.jit(optimizer.init, out_shardings=shardings)
+    opt_state = _output_tree(stage("optimiser_init", init, (params,)), state_shape, mesh)
     state = fit.FitState(params, opt_state, jax.ShapeDtypeStruct((), np.int32))
     inputs = (constants, data)
     stage("diagnostics", jax.jit(diagnostics), (params, inputs), extra=opt_state)
