@@ -17,13 +17,10 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 
+from ri_kernels._curved_moments import stationary_ratio  # noqa: E402
 from ri_kernels._fresnel import fresnel_aux, fresnel_cs  # noqa: E402
-from ri_kernels._phase_moments import (  # noqa: E402
-    _expansion_switch,
-    _log_tolerance,
-    _stationary_ratio,
-    phase_moments,
-)
+from ri_kernels._linear_moments import expansion_switch, log_tolerance  # noqa: E402
+from ri_kernels._phase_moments import phase_moments  # noqa: E402
 
 N_MOMENTS = 17  # the operator's largest: degree 2 (n_coef - 1) with n_coef = 9
 BATCH = 16  # every float64 call uses this shape, so each option set compiles once
@@ -121,7 +118,7 @@ def test_both_sides_of_the_stationary_point_edges():
     # On the piece at x = +1/2 of two, α = (a + b)/2 and β = b/4 (c = 0): the design's
     # Fresnel edge |α| = 2.5|β| is a = 0.25b or a = -2.25b; this implementation's edge
     # |α| = κ|β| is a = (κ/2 - 1)b or a = -(κ/2 + 1)b.
-    kappa = _stationary_ratio(N_MOMENTS - 1 + 9, 6, np.float64)
+    kappa = stationary_ratio(N_MOMENTS - 1 + 9, np.float64)
     edges = (0.25, -2.25, kappa / 2 - 1, -kappa / 2 - 1)
     cases = []
     for b in (2.0, 8.0, -30.0, 120.0):
@@ -133,7 +130,7 @@ def test_both_sides_of_the_stationary_point_edges():
 def test_both_sides_of_the_curvature_switches():
     # The design's Fresnel switch |β| = 1 (b = 4 on two pieces) and this implementation's
     # switch between the curvature expansion and the Fresnel seed (|β| = β_s, terms = 6).
-    beta_s = _expansion_switch(6, _log_tolerance(np.float64))
+    beta_s = expansion_switch(6, log_tolerance(np.float64))
     cases = [
         [-1.0, a, sign * 4 * beta * scale, c]
         for beta in (1.0, beta_s)
@@ -192,6 +189,27 @@ def test_random_phases_match_quadrature(cases):
     assert_matches_quadrature(cases)
 
 
+def test_blocks_and_gathered_chunks_equal_small_batches():
+    # More elements than one CPU block of the expansion, and more pieces above the switch
+    # than one gathered chunk of the curved method: the result must not depend on how the
+    # elements are grouped.
+    rng = np.random.default_rng(7)
+    n = 4300
+    small_b = rng.uniform(-1e-3, 1e-3, n)
+    cases = np.stack(
+        [
+            rng.uniform(-3, 3, n),
+            rng.uniform(-300, 300, n),
+            np.where(rng.uniform(size=n) < 0.4, small_b, rng.uniform(-50, 50, n)),
+            rng.uniform(-0.5, 0.5, n),
+        ],
+        axis=1,
+    )
+    whole = jax.jit(lambda p, a, b, c: phase_moments(p, a, b, c, N_MOMENTS))
+    w = np.asarray(whole(*jnp.asarray(cases.T)))
+    np.testing.assert_allclose(w, moments(cases), rtol=0, atol=1e-12)
+
+
 def test_float32_inputs_match_float64():
     rng = np.random.default_rng(5)
     # Broadcast shapes: φ0 scalar, a (4, 1), b (1, 4), c scalar; the 16 combinations are
@@ -243,7 +261,7 @@ SPECIAL_POINTS = [
 
 
 def test_gradients_are_finite_at_branch_points():
-    beta_s = _expansion_switch(6, _log_tolerance(np.float64))
+    beta_s = expansion_switch(6, log_tolerance(np.float64))
     points = [*SPECIAL_POINTS, (0.1, 0.5, 4 * beta_s, 0.0)]  # at the expansion switch
     generic = (0.3, 17.0, 5.0, 0.2)
     h = 1e-5

@@ -16,31 +16,19 @@ M_n = mean_y y^n exp(i(αy + βy²)) the residual is a series of ``cubic_terms``
 (K = 0: the cubic enters only through α and β), and W_m = mean_i exp(iφ_i)
 Σ_j binom(m, j) x_i^(m-j) ρ^j P_j translates back to x exactly.
 
-The quadratic moments M_n, n <= N = n_moments - 1 + 3K, obey one three-term recurrence
-(integrate d/dy [y^n exp(iφ)] by parts):
+The quadratic moments M_n, n <= N = n_moments - 1 + 3K, come from one of two methods:
 
-    -i n M_{n-1} + α M_n + 2β M_{n+1} = R_n,     R_n = -(i/2)(E₊ - (-1)^n E₋),  E± = e^{i(β±α)}.
+* |β| < β_s: the curvature expansion M_n = Σ_{k<terms} (iβ)^k/k! L_{n+2k} over linear
+  moments computed in real arithmetic (:mod:`ri_kernels._linear_moments`). β_s is the largest
+  |β| at which ``terms`` terms reach the working precision, so ``terms`` moves the switch, not
+  the accuracy.
+* |β| >= β_s: Fresnel seeds and the stable directions of the three-term recurrence
+  (:mod:`ri_kernels._curved_moments`), about fifty times the cost per piece.
 
-Its stable direction depends on (α, β), so each moment comes from the solution that is stable
-for it; every branch is evaluated and selected elementwise, the unused ones fed harmless
-arguments so that values and gradients stay finite:
-
-* M_0: Fresnel integrals for |β| >= β_s (``_fresnel_seed``, written so that the endpoint
-  terms carry E± directly); sin α/α for |β| < β_s, where the recurrences run at β = 0 (the
-  linear moments L_n) up to N + 2(terms - 1) and the curvature is put back as
-  M_n = Σ_{k<terms} (iβ)^k/k! L_{n+2k}. β_s is the largest |β| at which ``terms`` terms reach
-  the working precision, so ``terms`` moves the switch, not the accuracy.
-* n > n* = θ|α| + 2θ²|β| (θ = 1.2): both roots of the recurrence exceed θ in modulus, so M_n is
-  its minimal solution: downwards from a zero tail T steps above (``_tail``).
-* n <= n*, |α| <= κ|β| (stationary point in or near the piece): upwards from M_0; errors grow
-  by at most about κ/2 per step.
-* n <= n*, |α| > κ|β|: neither direction is stable; the recurrence is a boundary-value
-  problem (M_0 below; the minimal solution above n*, or zero above the tail) solved by
-  elimination from the top and substitution upwards, damping errors by 2|β|/|α| < 2/κ a step.
-
-κ = 2 eps^(-1/(N'+T)) balances the last two (3.1 to 3.7 in float64). The design text switched
-at |α| = 2.5|β|, |β| = 1 and used the curvature expansion elsewhere; at terms = 6 that is off by
-|β|^6/720 (1e-4 at |β| = 1, far worse at a fast satellite's large α and β).
+Every element is first evaluated with the expansion alone, in cache-sized blocks on CPU; the
+elements with a piece at or above the switch are then gathered, a chunk at a time, evaluated
+with both methods, and written back. Typical interferers are mostly below the switch: at the
+CPU benchmark (float32, terms = 6, β_s = 0.2) 0.3% of elements are gathered.
 
 Accuracy (float64; largest error over m relative to max_m |W|; against dense Gauss-Legendre
 quadrature, tests/test_phase_moments.py): defaults (2, 6, 3) <= 3e-9 for |a| <= 1e4,
@@ -49,9 +37,7 @@ quadrature, tests/test_phase_moments.py): defaults (2, 6, 3) <= 3e-9 for |a| <= 
 (1, 6, 0) drops the residual cubic: exact only for c = 0. Float32 inputs with x64 on: within
 1e-6 of float64. Without x64 all angles are float32 and errors grow with the phase: 5e-6 at
 |a| <= 100, 5e-5 at |a| <= 1e3. ∂W_m/∂(φ0, a, b, c) = i W_{m+(0,1,2,3)} (a custom JVP):
-gradients cost three more moments, never a pass back through the recurrences. Cost: N' + T
-downward and N' upward steps per piece (N' = N + 2(terms - 1); T = 45 in float64, 28 in
-float32 at N' = 35).
+gradients cost three more moments, never a pass back through the recurrences.
 """
 
 import math
@@ -61,14 +47,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ri_kernels._fresnel import fresnel_aux
+from ri_kernels._curved_moments import curved_moments
+from ri_kernels._linear_moments import expanded_moments, expansion_switch, log_tolerance
+from ri_kernels._phasor import turn_phasor
+from ri_kernels._split_complex import SplitComplex, select
 
-_MARGIN = 1.2  # n* = θ|α| + 2θ²|β| makes both recurrence roots at least θ in modulus.
 _MAX_MOMENTS = 17
 _MAX_SEGMENTS = 1024
 _MAX_TERMS = 32
 _MAX_CUBIC_TERMS = 8
-_CPU_BLOCK = 1024
+# Elements per block of the expansion on CPU, and per chunk of elements gathered for the
+# curved method (any backend).
+_CPU_BLOCK = 4096
+_CHUNK = 1024
 
 
 def phase_moments(
@@ -97,42 +88,76 @@ def phase_moments(
 
 @partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2, 3))
 def _moments(n_moments, segments, terms, cubic_terms, phi0, a, b, c):
-    return _in_blocks(phi0, a, b, c, n_moments, segments, terms, cubic_terms)
+    return _flat(phi0, a, b, c, n_moments, segments, terms, cubic_terms)
 
 
 @_moments.defjvp
 def _moments_jvp(n_moments, segments, terms, cubic_terms, primals, tangents):
     # ∂W_m/∂φ0 = i W_m, ∂W_m/∂a = i W_{m+1}, ∂W_m/∂b = i W_{m+2}, ∂W_m/∂c = i W_{m+3}: the
     # derivatives are three more moments, not a trip back through the recurrences.
-    extended = _in_blocks(*primals, n_moments + 3, segments, terms, cubic_terms)
+    extended = _flat(*primals, n_moments + 3, segments, terms, cubic_terms)
     value = extended[..., :n_moments]
     slope = sum(extended[..., k : k + n_moments] * t[..., None] for k, t in enumerate(tangents))
     return value, 1j * slope
 
 
-def _in_blocks(phi0, a, b, c, n_moments, segments, terms, cubic_terms):
-    """_evaluate, on the CPU backend over blocks of _CPU_BLOCK elements.
-
-    XLA's CPU loops stream every carried array through memory at each recurrence step;
-    blocks that stay in cache ran 2.3x faster (float32, 5 moments, 2^17 elements: 7.5 ->
-    3.3 us per element with blocks of 1024).
-    """
-    size = phi0.size
-    if jax.default_backend() != "cpu" or size <= _CPU_BLOCK:
-        return _evaluate(phi0, a, b, c, n_moments, segments, terms, cubic_terms)
-    pad = -size % _CPU_BLOCK
-    blocks = tuple(jnp.pad(v.ravel(), (0, pad)).reshape(-1, _CPU_BLOCK) for v in (phi0, a, b, c))
-    out = jax.lax.map(lambda v: _evaluate(*v, n_moments, segments, terms, cubic_terms), blocks)
-    return out.reshape(-1, n_moments)[:size].reshape((*phi0.shape, n_moments))
-
-
-def _evaluate(phi0, a, b, c, n_moments, segments, terms, cubic_terms):
-    """W for float arrays of one shape S and the working dtype: complex, S + (n_moments,)."""
+def _flat(phi0, a, b, c, n_moments, segments, terms, cubic_terms):
+    """W over the flattened elements: the expansion everywhere, then the curved pieces."""
     shape = phi0.shape
+    cubics = tuple(v.ravel() for v in (phi0, a, b, c))
+    options = (n_moments, segments, terms, cubic_terms)
+    w, curved = _in_blocks(cubics, options)
+    w = _patch_curved(w, curved, cubics, options)
+    return w.reshape((*shape, n_moments))
+
+
+def _in_blocks(cubics, options):
+    """_evaluate without the curved method: on the CPU backend over blocks of _CPU_BLOCK
+    elements, whose intermediates stay in cache (blocks of 2048 to 16384 elements
+    measured within noise of each other)."""
+    size = cubics[0].size
+    if jax.default_backend() != "cpu" or size <= _CPU_BLOCK:
+        return _evaluate(*cubics, *options, with_curved=False)
+    pad = -size % _CPU_BLOCK
+    blocks = tuple(jnp.pad(v, (0, pad)).reshape(-1, _CPU_BLOCK) for v in cubics)
+    w, curved = jax.lax.map(lambda v: _evaluate(*v, *options, with_curved=False), blocks)
+    return w.reshape(-1, options[0])[:size], curved.reshape(-1)[:size]
+
+
+def _patch_curved(w, curved, cubics, options):
+    """Re-evaluate, _CHUNK at a time, the elements flagged by ``curved`` with both methods.
+
+    The flagged elements are gathered to the front (their count is known only at run time),
+    so the loop runs as many chunks as there are flagged elements, and none when there are
+    none. Unused slots of the last chunk repeat element 0 and are dropped on writing back.
+    """
+    size = w.shape[0]
+    n_chunks = -(-size // _CHUNK)
+    (ids,) = jnp.nonzero(curved, size=n_chunks * _CHUNK, fill_value=size)
+    count = jnp.sum(curved, dtype=jnp.int32)
+
+    def chunk(i, w):
+        rows = jax.lax.dynamic_slice(ids, (i * _CHUNK,), (_CHUNK,))
+        inputs = (v[jnp.minimum(rows, size - 1)] for v in cubics)
+        w_rows, _ = _evaluate(*inputs, *options, with_curved=True)
+        return w.at[rows].set(w_rows, mode="drop")
+
+    return jax.lax.fori_loop(0, (count + _CHUNK - 1) // _CHUNK, chunk, w)
+
+
+def _evaluate(phi0, a, b, c, n_moments, segments, terms, cubic_terms, *, with_curved):
+    """W for 1-D float arrays of one length S in the working dtype: complex (S, n_moments),
+    and (S,) flags of the elements with a piece at or above the expansion's switch. Without
+    ``with_curved`` those elements' W are wrong (but finite).
+
+    The moment index stays the leading axis until the end: the sums over it (cubic series,
+    translation) are then elementwise over the elements, which XLA's CPU loops vectorise
+    (as a matrix product over a trailing moment axis they ran twice as slow).
+    """
     rho = 1.0 / segments
     centres = -1.0 + rho * (2 * np.arange(segments) + 1)
-    x = centres.reshape((segments,) + (1,) * len(shape))
-    gamma = jnp.broadcast_to(c * rho**3, shape)
+    x = centres[:, None]
+    gamma = jnp.broadcast_to(c * rho**3, (segments, *c.shape))
     # γy³ = (3/4)γy + γ(y³ - 3y/4): the best linear fit to y³ on [-1, 1] goes into α, which
     # leaves a residual of at most |γ|/4 for the series.
     alpha = (a + (2 * b + 3 * c * x) * x) * rho + 0.75 * gamma
@@ -140,7 +165,15 @@ def _evaluate(phi0, a, b, c, n_moments, segments, terms, cubic_terms):
     phase = phi0 + (a + (b + c * x) * x) * x
 
     n_max = n_moments - 1 + 3 * cubic_terms
-    quad = _quadratic_moments(alpha, beta, n_max, terms)  # (n_max + 1, segments) + S
+    switch = expansion_switch(terms, log_tolerance(alpha.dtype))
+    large = jnp.abs(beta) >= switch
+    quad = expanded_moments(alpha, beta, n_max, terms)  # (n_max + 1, segments, S)
+    if with_curved:
+        # Harmless arguments where a piece is below the switch.
+        fresnel = curved_moments(
+            jnp.where(large, alpha, 0.0), jnp.where(large, beta, switch), n_max
+        )
+        quad = select(large, fresnel, quad)
     series = quad[:n_moments]
     power = jnp.ones_like(gamma)
     for k in range(1, cubic_terms + 1):
@@ -150,15 +183,18 @@ def _evaluate(phi0, a, b, c, n_moments, segments, terms, cubic_terms):
             (quad[k + 2 * l : k + 2 * l + n_moments] * (math.comb(k, l) * (-0.75) ** (k - l)))
             for l in range(k + 1)
         )
-        series = series + _times_i_power(residual * power, k)
-    rotated = series * _Cx(jnp.cos(phase), jnp.sin(phase))
-    # W_m = Σ_(j, i) table[m, j, i] rotated[j, i]: one contraction over moment and piece.
-    table = jnp.asarray(_translation_table(centres, n_moments), phi0.dtype)
-    translate = partial(
-        jnp.tensordot, table, axes=((1, 2), (0, 1)), precision=jax.lax.Precision.HIGHEST
-    )
-    moments = jax.lax.complex(translate(rotated.re), translate(rotated.im))
-    return jnp.moveaxis(moments, 0, -1)
+        series = series + (residual * power).times_i_power(k)
+    rotated = series * SplitComplex(*turn_phasor(phase * (1 / (2 * math.pi))))
+    # W_m = Σ_(j, i) table[m, j, i] rotated[j, i], written out: the table is small and
+    # triangular.
+    table = _translation_table(centres, n_moments)
+    moments = [
+        sum(rotated[j, i] * float(table[m, j, i]) for j in range(m + 1) for i in range(segments))
+        for m in range(n_moments)
+    ]
+    re = jnp.stack([w.re for w in moments], axis=-1)
+    im = jnp.stack([w.im for w in moments], axis=-1)
+    return jax.lax.complex(re, im), jnp.any(large, axis=0)
 
 
 def _translation_table(centres, n_moments):
@@ -190,222 +226,3 @@ def _check_options(n_moments, segments, terms, cubic_terms):
             raise ValueError(
                 f"phase_moments: {name}={value} is out of range; expected {lo} <= {name} <= {hi}"
             )
-
-
-@jax.tree_util.register_pytree_node_class
-class _Cx:
-    """A complex array as two real arrays: most products here are real × complex, two
-    multiplies instead of four (a 60-step recurrence ran 2x faster on CPU than complex128)."""
-
-    __slots__ = ("im", "re")
-
-    def __init__(self, re, im):
-        self.re = re
-        self.im = im
-
-    def tree_flatten(self):
-        return (self.re, self.im), None
-
-    @classmethod
-    def tree_unflatten(cls, _, children):
-        return cls(*children)
-
-    def __add__(self, other):
-        return _Cx(self.re + other.re, self.im + other.im)
-
-    def __radd__(self, other):  # sum() starts from 0
-        return self if other == 0 else NotImplemented
-
-    def __sub__(self, other):
-        return _Cx(self.re - other.re, self.im - other.im)
-
-    def __mul__(self, other):
-        if isinstance(other, _Cx):
-            return _Cx(
-                self.re * other.re - self.im * other.im, self.re * other.im + self.im * other.re
-            )
-        return _Cx(self.re * other, self.im * other)
-
-    __rmul__ = __mul__
-
-    def __getitem__(self, index):
-        return _Cx(self.re[index], self.im[index])
-
-    def times_i(self):
-        return _Cx(-self.im, self.re)
-
-    def conj(self):
-        return _Cx(self.re, -self.im)
-
-    def inverse(self):
-        scale = 1 / (self.re * self.re + self.im * self.im)
-        return _Cx(self.re * scale, -self.im * scale)
-
-
-def _zero(like):
-    return _Cx(jnp.zeros_like(like), jnp.zeros_like(like))
-
-
-def _select(cond, z, w):
-    return _Cx(jnp.where(cond, z.re, w.re), jnp.where(cond, z.im, w.im))
-
-
-def _times_i_power(z, k):
-    for _ in range(k % 4):
-        z = z.times_i()
-    return z
-
-
-def _log_tolerance(dtype):
-    """-ln of the truncation error aimed at: the working precision."""
-    return -math.log(float(jnp.finfo(dtype).eps))
-
-
-def _tail(n, log_tol):
-    """Steps above index n for the downward recurrence started from zero to settle.
-
-    Above n* the error shrinks per step by at least θ and then faster (the roots grow like
-    k/|α| or √(k/|β|)); T steps gain about T ln θ + T²/(2n). Calibrated on the slowest case,
-    |α| << |β| with n* near n: for n = 35, T = 30 and 40 left 6e-11 and 4e-14 (this rule
-    gives 18 and 30).
-    """
-    n = max(n, 1)
-    t = 1
-    while t * math.log(_MARGIN) + t * t / (2 * n) < log_tol:
-        t += 1
-    return t
-
-
-def _stationary_ratio(n_max, terms, dtype):
-    """κ, the |α|/|β| above which moments come from elimination rather than upwards."""
-    log_tol = _log_tolerance(dtype)
-    n_ext = n_max + 2 * (terms - 1)
-    return 2 * math.exp(log_tol / (n_ext + _tail(n_ext, log_tol)))
-
-
-def _expansion_switch(terms, log_tol):
-    """Largest |β| at which Σ_{k<terms} (iβ)^k/k! is within exp(-log_tol) of exp(iβ)."""
-    lo, hi = 0.0, 64.0
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        # Tail bound β^K e^β / K!, compared in logs.
-        if terms * math.log(mid) + mid - math.lgamma(terms + 1) < -log_tol:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-def _quadratic_moments(alpha, beta, n_max, terms):
-    """M_n = mean_y y^n exp(i(αy + βy²)), n = 0..n_max, stacked on a leading axis (_Cx)."""
-    log_tol = _log_tolerance(alpha.dtype)
-    n_ext = n_max + 2 * (terms - 1)
-    tail = _tail(n_ext, log_tol)
-    n_top = n_ext + tail
-    kappa = _stationary_ratio(n_max, terms, alpha.dtype)
-    beta_switch = _expansion_switch(terms, log_tol)
-
-    # Below the switch the recurrences run at β = 0 (linear moments L_n) and the curvature is
-    # put back by the expansion at the end.
-    small = jnp.abs(beta) < beta_switch
-    b_run = jnp.where(small, 0.0, beta)
-    abs_a = jnp.abs(alpha)
-    abs_b = jnp.abs(b_run)
-    n_star = _MARGIN * abs_a + 2 * _MARGIN**2 * abs_b
-    e_alpha = _Cx(jnp.cos(alpha), jnp.sin(alpha))
-    e_beta = _Cx(jnp.cos(b_run), jnp.sin(b_run))
-    e_plus = e_beta * e_alpha
-    e_minus = e_beta * e_alpha.conj()
-    # R_n depends on n only through its parity.
-    r_even = (e_plus - e_minus).times_i() * -0.5
-    r_odd = (e_plus + e_minus).times_i() * -0.5
-
-    a_sinc = jnp.where(alpha == 0, 1.0, alpha)
-    sinc = jnp.where(alpha == 0, 1.0, jnp.sin(a_sinc) / a_sinc)
-    seed = _select(
-        small,
-        _Cx(sinc, jnp.zeros_like(sinc)),
-        _fresnel_seed(jnp.where(small, 0.0, alpha), jnp.where(small, 1.0, beta), e_plus, e_minus),
-    )
-
-    stationary = abs_a <= kappa * abs_b
-    # Harmless arguments keep each unused solution bounded (module docstring).
-    has_tail = n_star < n_top
-    a_min = jnp.where(has_tail, alpha, 0.0)
-    b_min = jnp.where(has_tail, b_run, 0.0)
-    eliminate = ~stationary & (n_star >= 1)
-    a_el = jnp.where(eliminate, alpha, float(n_top + 1))
-    b_el = jnp.where(eliminate, b_run, 0.0)
-    rise = stationary & (n_star >= 1)
-    a_up = jnp.where(rise, alpha, 0.0)
-    inv_2b = 0.5 / jnp.where(rise, b_run, float(n_ext))
-    zero = _zero(alpha)
-
-    r_step = r_odd - r_even
-
-    def r(n):
-        # R_n by parity without a select: n - 2 floor(n/2) is 0 or 1.
-        return r_even + r_step * (n - 2 * jnp.floor(n / 2))
-
-    def down(carry, n):
-        # D_n, D_{n+1}: minimal solution. u_{n+1}, v_{n+1}: elimination from the top,
-        # M_{n+1} = u_{n+1} M_n + v_{n+1}; where the minimal solution holds (n > n*, and for
-        # the stationary branch, which uses nothing else from here) u = 0, v = D.
-        d, d_next, u_next, v_next = carry
-        r_n = r(n)
-        d_prev = (r_n - d * a_min - d_next * (2 * b_min)).times_i() * (1.0 / n)
-        inv_e = (_Cx(a_el, jnp.zeros_like(a_el)) + u_next * (2 * b_el)).inverse()
-        keep = (n > n_star) | stationary
-        u = _select(keep, zero, inv_e.times_i() * n)
-        v = _select(keep, d, (r_n - v_next * (2 * b_el)) * inv_e)
-        return (d_prev, d, u, v), (u, v)
-
-    def up(carry, xs):
-        m_prev, m = carry
-        n, u_n, v_n = xs
-        rising = (r(n - 1) + m_prev.times_i() * (n - 1) - m * a_up) * inv_2b
-        m_next = _select(stationary & (n <= n_star), rising, u_n * m + v_n)
-        return (m, m_next), m_next
-
-    def steps(first, last):
-        return jnp.arange(first, last, -1 if first > last else 1, dtype=alpha.dtype)
-
-    _, (u, v) = jax.lax.scan(down, (zero,) * 4, steps(n_top, 0))
-    u, v = u[: n_top - n_ext - 1 : -1], v[: n_top - n_ext - 1 : -1]
-    _, rest = jax.lax.scan(up, (zero, seed), (steps(1, n_ext + 1), u, v))
-    run = _Cx(jnp.concatenate([seed.re[None], rest.re]), jnp.concatenate([seed.im[None], rest.im]))
-
-    curved = run[: n_max + 1]
-    power = jnp.where(small, beta, 0.0)
-    coef = jnp.ones_like(power)
-    for k in range(1, terms):
-        coef = coef * power / k
-        curved = curved + _times_i_power(run[2 * k : 2 * k + n_max + 1] * coef, k)
-    return curved
-
-
-def _fresnel_seed(alpha, beta, e_plus, e_minus):
-    """M_0 for β != 0 by completing the square.
-
-    With s = sign β, B = |β| and t± = s(α ± 2β)/√(2πB), the Fresnel integral F(t) = C + iS
-    (conjugated for s < 0) gives M_0 = √(π/(2B))/2 · e^{-iα²/(4β)} [F(t₊) - F(t₋)]. Writing
-    F(t) = sgn t [(1 + is)/2 - G_s(|t|) e^{isπt²/2}] turns the product of e^{-iα²/(4β)} with
-    e^{isπt±²/2} into the endpoint phase E± = e^{i(β ± α)}, and the constants cancel unless
-    the stationary point -α/(2β) lies inside (-1, 1).
-    """
-    sign = jnp.where(beta < 0, -1.0, 1.0).astype(beta.dtype)
-    size = jnp.abs(beta)
-    root = jnp.sqrt(2 * math.pi * size)
-    t_hi = sign * (alpha + 2 * beta) / root
-    t_lo = sign * (alpha - 2 * beta) / root
-    # Both endpoints in one evaluation of G.
-    g = fresnel_aux(jnp.abs(jnp.stack([t_hi, t_lo])))
-    g_hi, g_lo = (_Cx(g.real[k], sign * g.imag[k]) for k in range(2))
-    side_hi = jnp.where(t_hi < 0, 1.0, -1.0).astype(t_hi.dtype)
-    side_lo = jnp.where(t_lo < 0, -1.0, 1.0).astype(t_lo.dtype)
-    total = g_hi * e_plus * side_hi + g_lo * e_minus * side_lo
-    inside = (t_lo < 0) & (t_hi >= 0)
-    centre_angle = -alpha * alpha / (4 * beta)
-    centre = _Cx(jnp.cos(centre_angle), jnp.sin(centre_angle)) * _Cx(jnp.ones_like(sign), sign)
-    total = total + centre * inside.astype(alpha.dtype)
-    return total * (0.5 * jnp.sqrt(math.pi / (2 * size)))
