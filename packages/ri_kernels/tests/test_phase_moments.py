@@ -118,7 +118,7 @@ def test_both_sides_of_the_stationary_point_edges():
     # On the piece at x = +1/2 of two, α = (a + b)/2 and β = b/4 (c = 0): the design's
     # Fresnel edge |α| = 2.5|β| is a = 0.25b or a = -2.25b; this implementation's edge
     # |α| = κ|β| is a = (κ/2 - 1)b or a = -(κ/2 + 1)b.
-    kappa = stationary_ratio(N_MOMENTS - 1 + 9, np.float64)
+    kappa = stationary_ratio(N_MOMENTS - 1 + 9, 6, np.float64)
     edges = (0.25, -2.25, kappa / 2 - 1, -kappa / 2 - 1)
     cases = []
     for b in (2.0, 8.0, -30.0, 120.0):

@@ -23,7 +23,7 @@ The quadratic moments M_n, n <= N = n_moments - 1 + 3K, come from one of two met
   |β| at which ``terms`` terms reach the working precision, so ``terms`` moves the switch, not
   the accuracy.
 * |β| >= β_s: Fresnel seeds and the stable directions of the three-term recurrence
-  (:mod:`ri_kernels._curved_moments`), about fifty times the cost per piece.
+  (:mod:`ri_kernels._curved_moments`), about twenty times the cost per piece.
 
 Every element is first evaluated with the expansion alone, in cache-sized blocks on CPU; the
 elements with a piece at or above the switch are then gathered, a chunk at a time, evaluated
@@ -171,7 +171,7 @@ def _evaluate(phi0, a, b, c, n_moments, segments, terms, cubic_terms, *, with_cu
     if with_curved:
         # Harmless arguments where a piece is below the switch.
         fresnel = curved_moments(
-            jnp.where(large, alpha, 0.0), jnp.where(large, beta, switch), n_max
+            jnp.where(large, alpha, 0.0), jnp.where(large, beta, switch), n_max, terms
         )
         quad = select(large, fresnel, quad)
     series = quad[:n_moments]
