@@ -28,6 +28,7 @@ and the gradients of replicated parameters are summed across devices.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -143,7 +144,7 @@ def _place_rows(array, fill, mesh: Mesh, n_rows: int, order: np.ndarray | None) 
     return jax.make_array_from_callback(shape, _rows(mesh), block)
 
 
-def _put_replicated(tree, mesh: Mesh):
+def replicate(tree, mesh: Mesh):
     return jax.device_put(tree, _replicated(mesh))
 
 
@@ -156,10 +157,10 @@ def _group_labels(groups: tuple[rfi_vis.GroupTables, ...], n_bl: int) -> np.ndar
     return labels
 
 
-def _sharded_groups(model: joint.Model, plan, mesh: Mesh) -> tuple[rfi_vis.GroupTables, ...]:
+def _sharded_groups(groups, plan, mesh: Mesh) -> tuple[rfi_vis.GroupTables, ...]:
     """Per group: stacked per-device indices and local positions on P("bl"), tables replicated."""
     out = []
-    for tables, group in zip(model.constants.groups, plan.groups, strict=True):
+    for tables, group in zip(groups, plan.groups, strict=True):
         indices = ri_kernels.stack_indices(
             [
                 ri_kernels.make_indices(plan.n_ant_total, group.a1[d], group.a2[d])
@@ -168,7 +169,7 @@ def _sharded_groups(model: joint.Model, plan, mesh: Mesh) -> tuple[rfi_vis.Group
         )
         indices = jax.tree.map(lambda x: _put_rows(np.asarray(x, np.int32), mesh), indices)
         positions = _put_rows(np.asarray(group.positions, np.int32), mesh)
-        rest = _put_replicated(tables._replace(indices=None, rows=None), mesh)
+        rest = replicate(tables._replace(indices=None, rows=None), mesh)
         out.append(rest._replace(indices=indices, rows=positions))
     return tuple(out)
 
@@ -179,50 +180,62 @@ def _compact_antennas(plan: tabascal_partition.ShardPlan) -> tuple[tuple[int, ..
     return tuple(tuple(int(i) for i in row) for row in ids)
 
 
-def shard_model(model: joint.Model, mesh: Mesh, *, reuse: bool = False) -> ShardedModel:
-    """Pad ``model``'s baseline axis to n_dev B rows and place every array on ``mesh``.
+class Layout(NamedTuple):
+    """Where every baseline row goes: the shard plan, the reuse plan (None without one) and
+    ``order``, the data row behind each sharded row (None: the data's own order)."""
 
-    reuse: permute the baselines by the antenna-reuse plan first (see the module docstring).
-    """
-    spec = model.spec
+    spec: ShardedSpec
+    plan: tabascal_partition.ShardPlan
+    reuse_plan: tabascal_partition.ReusePlan | None
+    order: np.ndarray | None
+
+    @property
+    def n_rows(self) -> int:
+        return self.spec.n_rows
+
+
+def plan_layout(model_spec: joint.ModelSpec, constants: joint.ModelConstants, mesh: Mesh, *,
+                reuse: bool) -> Layout:  # fmt: skip
+    """The layout of a model's rows over ``mesh`` from its a1, a2 and RFI groups (host)."""
     n_dev = mesh.size
-    a1, a2 = np.asarray(model.constants.a1), np.asarray(model.constants.a2)
-    labels = _group_labels(model.constants.groups, spec.n_bl)
+    a1, a2 = np.asarray(constants.a1), np.asarray(constants.a2)
+    labels = _group_labels(constants.groups, model_spec.n_bl)
     reuse_plan = None
     if reuse:
-        reuse_plan = tabascal_partition.antenna_reuse_plan(a1, a2, spec.n_ant, n_dev, labels)
+        reuse_plan = tabascal_partition.antenna_reuse_plan(a1, a2, model_spec.n_ant, n_dev, labels)
     plan = tabascal_partition.plan_shards(
-        a1, a2, spec.n_ant, n_dev, groups=labels, reuse=reuse_plan
+        a1, a2, model_spec.n_ant, n_dev, groups=labels, reuse=reuse_plan
     )
-    n_rows = n_dev * plan.block_size
+    antenna_ids = None if reuse_plan is None else _compact_antennas(plan)
+    spec = ShardedSpec(model_spec, mesh, plan.block_size, plan.n_ghost, antenna_ids=antenna_ids,
+                       reuse=reuse_plan)  # fmt: skip
     order = None if reuse_plan is None else np.asarray(reuse_plan.order)
+    return Layout(spec, plan, reuse_plan, order)
 
-    def rows(array, fill):
-        return _place_rows(array, fill, mesh, n_rows, order)
 
-    sky_c = model.constants.sky
-    sky_c = _put_replicated(sky_c._replace(**dict.fromkeys(sky.BASELINE_FIELDS)), mesh)._replace(
-        **{name: rows(getattr(model.constants.sky, name), "copy") for name in sky.BASELINE_FIELDS}
+def place_rows(array, fill, layout: Layout) -> jax.Array:
+    """A host array (n_bl, ...) in the data's order on ``P("bl")`` in the layout's rows; each
+    device's block is built from its own rows (``fill`` for padding: a value or "copy")."""
+    return _place_rows(array, fill, layout.spec.mesh, layout.n_rows, layout.order)
+
+
+def place_constants(constants: joint.ModelConstants, layout: Layout) -> joint.ModelConstants:
+    """Everything of ``constants`` but the sky (left None): a1, a2 and the RFI groups' indices
+    and positions on ``P("bl")``, the rest replicated."""
+    mesh = layout.spec.mesh
+    placed = replicate(constants._replace(sky=None, groups=None, a1=None, a2=None), mesh)
+    return placed._replace(
+        groups=_sharded_groups(constants.groups, layout.plan, mesh),
+        a1=place_rows(constants.a1, 0, layout),
+        a2=place_rows(constants.a2, 0, layout),
     )
-    constants = _put_replicated(
-        model.constants._replace(sky=None, groups=None, a1=None, a2=None), mesh
-    )
-    constants = constants._replace(
-        sky=sky_c,
-        groups=_sharded_groups(model, plan, mesh),
-        a1=rows(a1, 0),
-        a2=rows(a2, 0),
-    )
-    data = joint.Data(
-        vis=rows(model.data.vis, 0),
-        flags=rows(model.data.flags, True),
-        noise=rows(model.data.noise, 1),
-        n_points=_put_replicated(model.data.n_points, mesh),
-    )
-    params = _put_replicated(model.params._replace(sky=None), mesh)._replace(
-        sky=sky.SkyParams(rows(model.params.sky.z, 0))
-    )
-    info = dict(model.info, n_devices=n_dev, block_size=plan.block_size, n_ghost=plan.n_ghost)
+
+
+def layout_info(info: dict, layout: Layout) -> dict:
+    """The model's ``info`` with the layout's figures added."""
+    info = dict(info, n_devices=layout.spec.n_dev, block_size=layout.plan.block_size,
+                n_ghost=layout.plan.n_ghost)  # fmt: skip
+    reuse_plan = layout.reuse_plan
     if reuse_plan is not None:
         info["reuse_plan"] = {
             "design": reuse_plan.design,
@@ -230,11 +243,35 @@ def shard_model(model: joint.Model, mesh: Mesh, *, reuse: bool = False) -> Shard
             "lower_bound": reuse_plan.lower_bound,
             "contiguous_width": reuse_plan.contiguous_width,
         }
-    antenna_ids = None if reuse_plan is None else _compact_antennas(plan)
-    sharded_spec = ShardedSpec(
-        spec, mesh, plan.block_size, plan.n_ghost, antenna_ids=antenna_ids, reuse=reuse_plan
+    return info
+
+
+def shard_model(model: joint.Model, mesh: Mesh, *, reuse: bool = False) -> ShardedModel:
+    """Pad ``model``'s baseline axis to n_dev B rows and place every array on ``mesh``.
+
+    reuse: permute the baselines by the antenna-reuse plan first (see the module docstring).
+    """
+    layout = plan_layout(model.spec, model.constants, mesh, reuse=reuse)
+
+    def rows(array, fill):
+        return place_rows(array, fill, layout)
+
+    sky_c = model.constants.sky
+    sky_c = replicate(sky_c._replace(**dict.fromkeys(sky.BASELINE_FIELDS)), mesh)._replace(
+        **{name: rows(getattr(model.constants.sky, name), "copy") for name in sky.BASELINE_FIELDS}
     )
-    return ShardedModel(sharded_spec, constants, data, params, plan, info)
+    constants = place_constants(model.constants, layout)._replace(sky=sky_c)
+    data = joint.Data(
+        vis=rows(model.data.vis, 0),
+        flags=rows(model.data.flags, True),
+        noise=rows(model.data.noise, 1),
+        n_points=replicate(model.data.n_points, mesh),
+    )
+    params = replicate(model.params._replace(sky=None), mesh)._replace(
+        sky=sky.SkyParams(rows(model.params.sky.z, 0))
+    )
+    info = layout_info(model.info, layout)
+    return ShardedModel(layout.spec, constants, data, params, layout.plan, info)
 
 
 def _keep_rows(x: jax.Array, spec: ShardedSpec) -> jax.Array:

@@ -265,25 +265,15 @@ def build(
     level = config.rfi_sigma or stats.rfi_level(meta.n_sat)
     frame = joint._frame(meta, config, stats.snr, level, init, seed)
 
-    a1, a2 = np.asarray(meta.a1), np.asarray(meta.a2)
-    labels = sharding._group_labels(frame.constants.groups, n_bl)
-    reuse_plan = None
-    if reuse:
-        reuse_plan = tabascal_partition.antenna_reuse_plan(a1, a2, meta.n_ant, n_dev, labels)
-    plan = tabascal_partition.plan_shards(
-        a1, a2, meta.n_ant, n_dev, groups=labels, reuse=reuse_plan
-    )
-    order = None if reuse_plan is None else np.asarray(reuse_plan.order)
+    layout = sharding.plan_layout(frame.spec, frame.constants, mesh, reuse=reuse)
+    spec, order = layout.spec, layout.order
     if order is not None:
         with distributed.stage("reading this process's rows in the antenna-reuse order"):
             blocks = read(order)
-    B, n_rows = plan.block_size, n_dev * plan.block_size
+    B, n_rows = spec.block_size, spec.n_rows
 
     def place(field, fill, dtype):
         return _place_blocks(blocks, field, fill, mesh, B, dtype)
-
-    def metadata_rows(array, fill):
-        return sharding._place_rows(array, fill, mesh, n_rows, order)
 
     vis = place("vis", 0, cplx)
     flags = place("flags", True, bool)
@@ -291,33 +281,20 @@ def build(
         vis=jax.jit(lambda v, f: jnp.where(f, 0, v))(vis, flags),
         flags=flags,
         noise=place("noise", 1, real),
-        n_points=sharding._put_replicated(jnp.asarray(stats.n_points, jnp.int32), mesh),
+        n_points=sharding.replicate(jnp.asarray(stats.n_points, jnp.int32), mesh),
     )
 
-    model_like = joint.Model(frame.spec, frame.constants, None, None, frame.info)
     sky_host = sky.make_constants(
         config.sky, frame.grid, frame.fringe_rate_hz, scale=1.0, dtype=real
     )
     rows_spec = NamedSharding(mesh, P(sharding.AXIS))
-    sky_c = sharding._put_replicated(sky_host._replace(**dict.fromkeys(sky.BASELINE_FIELDS)), mesh)
+    sky_c = sharding.replicate(sky_host._replace(**dict.fromkeys(sky.BASELINE_FIELDS)), mesh)
     sky_c = sky_c._replace(
-        weight_time=metadata_rows(sky_host.weight_time, "copy"),
-        scale=None,
+        weight_time=sharding.place_rows(sky_host.weight_time, "copy", layout),
         mean=jax.jit(lambda: jnp.zeros(n_rows, cplx), out_shardings=rows_spec)(),
     )
-    constants = sharding._put_replicated(
-        frame.constants._replace(sky=None, groups=None, a1=None, a2=None), mesh
-    )
-    constants = constants._replace(
-        groups=sharding._sharded_groups(model_like, plan, mesh),
-        a1=metadata_rows(a1, 0),
-        a2=metadata_rows(a2, 0),
-    )
-    antenna_ids = None if reuse_plan is None else sharding._compact_antennas(plan)
-    spec = sharding.ShardedSpec(
-        frame.spec, mesh, B, plan.n_ghost, antenna_ids=antenna_ids, reuse=reuse_plan
-    )
-    rfi_params = sharding._put_replicated(frame.rfi, mesh)
+    constants = sharding.place_constants(frame.constants, layout)
+    rfi_params = sharding.replicate(frame.rfi, mesh)
 
     # The sky mean of each row from its data less the initial RFI prediction, and the sky
     # prior's scale: on the devices, each from its own rows; only the scale's sum crosses.
@@ -336,19 +313,10 @@ def build(
     )
     z_shape = (n_bl, 2, sky_host.weight_freq.shape[0], sky_host.weight_time.shape[1])
     sky_params = sky.SkyParams(_sky_start_params(z_shape, real, init, seed, n_rows, order, mesh))
-    params = joint.ModelParams(sky_params, rfi_params, sharding._put_replicated(frame.gains, mesh))
-
-    info = dict(frame.info, sky_sigma=sky_sigma, n_devices=n_dev, block_size=B,
-                n_ghost=plan.n_ghost, read_by_block=True)  # fmt: skip
-    if reuse_plan is not None:
-        info["reuse_plan"] = {
-            "design": reuse_plan.design,
-            "width": reuse_plan.width,
-            "lower_bound": reuse_plan.lower_bound,
-            "contiguous_width": reuse_plan.contiguous_width,
-        }
-    constants = constants._replace(sky=sky_c)
-    return sharding.ShardedModel(spec, constants, data, params, plan, info)
+    params = joint.ModelParams(sky_params, rfi_params, sharding.replicate(frame.gains, mesh))
+    info = sharding.layout_info(dict(frame.info, sky_sigma=sky_sigma, read_by_block=True), layout)
+    return sharding.ShardedModel(spec, constants._replace(sky=sky_c), data, params, layout.plan,
+                                 info)  # fmt: skip
 
 
 def _sky_start_params(shape, real, init, seed, n_rows, order, mesh) -> jax.Array:
