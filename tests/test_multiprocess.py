@@ -9,8 +9,6 @@ import pytest
 import zarr
 from multiprocess import run_processes
 
-from tabascal.simulate import simulate, simulation_config
-
 WORKERS = Path(__file__).parent / "workers"
 
 
@@ -66,17 +64,17 @@ READ = re.compile(r"reading baseline rows (\d+)\.\.(\d+) of ")
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    path = tmp_path_factory.mktemp("multiprocess") / "obs.zarr"
-    overrides = {"array": {"n_stations": 8}, "observation": {"n_time": 30, "n_freq": 2}}
-    simulate(simulation_config("demo", overrides), path)
-    (path.parent / "config.yaml").write_text(CONFIG)
-    return path
+def store(small_store, tmp_path_factory):
+    """The small store, beside a config file for the runs (a folder of this module's own)."""
+    config = tmp_path_factory.mktemp("multiprocess") / "config.yaml"
+    config.write_text(CONFIG)
+    return small_store, config
 
 
 def _argv(store, out, *extra):
-    return [WORKERS / "run.py", "run", "--data", store, "-o", out, "-c",
-            store.parent / "config.yaml", "-q", "--shard-axis", "baseline", *extra]  # fmt: skip
+    path, config = store
+    return [WORKERS / "run.py", "run", "--data", path, "-o", out, "-c", config, "-q",
+            "--shard-axis", "baseline", *extra]  # fmt: skip
 
 
 def _rows_read(text: str) -> set[int]:

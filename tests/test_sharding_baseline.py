@@ -16,7 +16,6 @@ from jax.sharding import PartitionSpec as P
 
 from tabascal import fit, memory, run_config, sharding
 from tabascal.model import joint
-from tabascal.simulate import simulate, simulation_config
 from tabascal.store import read_observation
 
 N_DEVICES = 4
@@ -39,23 +38,13 @@ LIGHT = {("hybrid", 3), ("analytic", 4)}
 
 
 @pytest.fixture(scope="module", autouse=True)
-def double_precision():
-    assert jax.device_count() >= N_DEVICES, (
-        f"these tests need {N_DEVICES} devices but {jax.device_count()} are visible; set "
-        f"XLA_FLAGS=--xla_force_host_platform_device_count={N_DEVICES} before jax is imported"
-    )
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", previous)
+def _float64(double_precision):
+    """Every test here runs in float64 unless it says otherwise."""
 
 
 @pytest.fixture(scope="module")
-def obs(tmp_path_factory, double_precision):
-    path = tmp_path_factory.mktemp("sharding") / "obs.zarr"
-    overrides = {"array": {"n_stations": 8}, "observation": {"n_time": 30, "n_freq": 2}}
-    simulate(simulation_config("demo", overrides), path)
-    return read_observation(path)
+def obs(small_store, double_precision):
+    return read_observation(small_store)
 
 
 _references = {}

@@ -2,13 +2,12 @@
 
 import json
 
-import jax
 import numpy as np
 import pytest
 import zarr
+from conftest import require_devices
 
 from tabascal.cli import main
-from tabascal.simulate import simulate, simulation_config
 
 N_DEVICES = 4
 CONFIG = """\
@@ -28,15 +27,9 @@ rfi:
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    assert jax.device_count() >= N_DEVICES, (
-        f"this test needs {N_DEVICES} devices but {jax.device_count()} are visible; set "
-        f"XLA_FLAGS=--xla_force_host_platform_device_count={N_DEVICES} before jax is imported"
-    )
-    path = tmp_path_factory.mktemp("sharding_run") / "obs.zarr"
-    overrides = {"array": {"n_stations": 8}, "observation": {"n_time": 30, "n_freq": 2}}
-    simulate(simulation_config("demo", overrides), path)
-    return path
+def store(small_store):
+    require_devices(N_DEVICES)
+    return small_store
 
 
 def _run(store, out, axis, config, *extra):

@@ -12,7 +12,6 @@ from jax.sharding import PartitionSpec as P
 
 from tabascal import run_config, source_sharding
 from tabascal.model import joint
-from tabascal.simulate import simulate, simulation_config
 from tabascal.store import read_observation
 
 N_DEVICES = 4
@@ -23,24 +22,14 @@ CONFIG = {
 
 
 @pytest.fixture(scope="module", autouse=True)
-def double_precision():
-    assert jax.device_count() >= N_DEVICES, (
-        f"these tests need {N_DEVICES} devices but {jax.device_count()} are visible; set "
-        f"XLA_FLAGS=--xla_force_host_platform_device_count={N_DEVICES} before jax is imported"
-    )
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", previous)
+def _float64(double_precision):
+    """Every test here runs in float64 unless it says otherwise."""
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, double_precision):
+def reference(small_store, double_precision):
     """(model, loss, gradient) of the single-device hybrid model."""
-    path = tmp_path_factory.mktemp("sharding_source") / "obs.zarr"
-    overrides = {"array": {"n_stations": 8}, "observation": {"n_time": 30, "n_freq": 2}}
-    simulate(simulation_config("demo", overrides), path)
-    obs = read_observation(path)
+    obs = read_observation(small_store)
     model = joint.build(obs, run_config.model_config(run_config.load(CONFIG)), init="prior")
     inputs = (model.constants, model.data)
     value, grad = jax.jit(jax.value_and_grad(lambda p: joint.loss(p, inputs, model.spec)[0]))(

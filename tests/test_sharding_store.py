@@ -9,7 +9,6 @@ import pytest
 
 from tabascal import run_config, sharding, store_sharding
 from tabascal.model import joint
-from tabascal.simulate import simulate, simulation_config
 from tabascal.store import read_meta, read_observation
 
 N_DEVICES = 4
@@ -20,23 +19,13 @@ CONFIG = {
 
 
 @pytest.fixture(scope="module", autouse=True)
-def double_precision():
-    assert jax.device_count() >= N_DEVICES, (
-        f"these tests need {N_DEVICES} devices but {jax.device_count()} are visible; set "
-        f"XLA_FLAGS=--xla_force_host_platform_device_count={N_DEVICES} before jax is imported"
-    )
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", previous)
+def _float64(double_precision):
+    """Every test here runs in float64 unless it says otherwise."""
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory, double_precision):
-    path = tmp_path_factory.mktemp("store_sharding") / "obs.zarr"
-    overrides = {"array": {"n_stations": 8}, "observation": {"n_time": 30, "n_freq": 2}}
-    simulate(simulation_config("demo", overrides), path)
-    return path
+def store(small_store, double_precision):
+    return small_store
 
 
 class CountingRows(store_sharding.StoreRows):

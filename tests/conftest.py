@@ -1,0 +1,40 @@
+"""Fixtures shared by the multi-device tests: the device check, float64, and one small store.
+
+These tests run on virtual CPU devices (nox sets XLA_FLAGS before jax is imported). A test that
+cannot get its devices fails; it never skips.
+"""
+
+import jax
+import pytest
+
+from tabascal.simulate import simulate, simulation_config
+
+N_DEVICES = 4
+#: 8 stations (28 baselines, which 3 and 4 devices do not divide into whole blocks of rows with
+#: both RFI groups filled), 2 channels, 30 integrations: small enough to compile quickly.
+SMALL = {"array": {"n_stations": 8}, "observation": {"n_time": 30, "n_freq": 2}}
+
+
+def require_devices(n: int = N_DEVICES) -> None:
+    assert jax.device_count() >= n, (
+        f"these tests need {n} devices but {jax.device_count()} are visible; set "
+        f"XLA_FLAGS=--xla_force_host_platform_device_count={n} before jax is imported"
+    )
+
+
+@pytest.fixture(scope="module")
+def double_precision():
+    """jax's 64-bit mode for one test module (restored after it), on enough devices."""
+    require_devices()
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", previous)
+
+
+@pytest.fixture(scope="session")
+def small_store(tmp_path_factory):
+    """The path of the ``SMALL`` demo-preset store, simulated once per session (read only)."""
+    path = tmp_path_factory.mktemp("small_store") / "obs.zarr"
+    simulate(simulation_config("demo", SMALL), path)
+    return path
