@@ -27,8 +27,9 @@ The quadratic moments M_n, n <= N = n_moments - 1 + 3K, come from one of two met
 
 Every element is first evaluated with the expansion alone, in cache-sized blocks on CPU; the
 elements with a piece at or above the switch are then gathered, a chunk at a time, evaluated
-with both methods, and written back. Typical interferers are mostly below the switch: at the
-CPU benchmark (float32, terms = 6, β_s = 0.2) 0.3% of elements are gathered.
+with both methods, and written back (batches of at most one chunk take both methods at
+once). Typical interferers are mostly below the switch: at the CPU benchmark (float32,
+terms = 6, β_s = 0.2) 0.3% of elements are gathered.
 
 Accuracy (float64; largest error over m relative to max_m |W|; against dense Gauss-Legendre
 quadrature, tests/test_phase_moments.py): defaults (2, 6, 3) <= 3e-9 for |a| <= 1e4,
@@ -106,8 +107,12 @@ def _flat(phi0, a, b, c, n_moments, segments, terms, cubic_terms):
     shape = phi0.shape
     cubics = tuple(v.ravel() for v in (phi0, a, b, c))
     options = (n_moments, segments, terms, cubic_terms)
-    w, curved = _in_blocks(cubics, options)
-    w = _patch_curved(w, curved, cubics, options)
+    if phi0.size <= _CHUNK:
+        # One chunk: both methods on every element, one program to compile instead of two.
+        w, _ = _evaluate(*cubics, *options, with_curved=True)
+    else:
+        w, curved = _in_blocks(cubics, options)
+        w = _patch_curved(w, curved, cubics, options)
     return w.reshape((*shape, n_moments))
 
 
