@@ -49,16 +49,17 @@ class _Signal(NamedTuple):
     delay: jax.Array  # (n_ant, n_time, n_rfi, 4): orders 0..3
 
 
-def _antenna_coefficients(amp, tables):
-    """Monomial coefficients in x of every antenna's amplitude over every cell, once for all
-    the pairs that share the antenna: (n_ant, n_freq, n_time, n_rfi, n_int_f, n_coef).
-
-    amp: (n_ant, n_freq, n_time, n_rfi)."""
+def _coefficients(signal, tables, antenna, cell_f, cell_t):
+    """Monomial coefficients in x of each pair end: (B,) antennas -> (B, C, n_rfi, u, m)."""
     w_freq, start_freq, g_time, start_time = tables[:4]
-    freq_rows = start_freq[:, None] + jnp.arange(w_freq.shape[1])  # (n_freq, k)
-    time_rows = start_time[:, None] + jnp.arange(g_time.shape[1])  # (n_time, l)
-    stencil = amp[:, freq_rows[:, :, None, None], time_rows]  # (n_ant, n_freq, k, n_time, l, r)
-    return jnp.einsum("afktlr,fku,tlm->aftrum", stencil, w_freq, g_time, precision=_HIGHEST)
+    freq_rows = start_freq[cell_f][:, None] + jnp.arange(w_freq.shape[1])
+    time_rows = start_time[cell_t][:, None] + jnp.arange(g_time.shape[1])
+    stencil = signal.amp[
+        antenna[:, None, None, None], freq_rows[None, :, :, None], time_rows[None, :, None]
+    ]  # (B, C, k, l, n_rfi)
+    return jnp.einsum(
+        "bcklr,cku,clm->bcrum", stencil, w_freq[cell_f], g_time[cell_t], precision=_HIGHEST
+    )
 
 
 def _phase_cubic(signal, tables, half_time, p, q, cell_f, cell_t):
@@ -134,7 +135,7 @@ def _analytic(
     )
     n_int_f, n_coef = tables[0].shape[2], tables[2].shape[2]
     n_mom = 2 * n_coef - 1
-    coefficients = _antenna_coefficients(signal.amp, tables)
+    hankel = np.add.outer(np.arange(n_coef), np.arange(n_coef))  # W_{j+k} as a (j, k) matrix
 
     def block(coordinates):
         rows, cell_f, cell_t = coordinates
@@ -146,16 +147,10 @@ def _analytic(
         moments = jax.lax.complex(
             checkpoint_name(moments.real, _MOMENTS), checkpoint_name(moments.imag, _MOMENTS)
         )
-        coef_p = coefficients[p[:, None], cell_f, cell_t]  # (B, C, n_rfi, n_int_f, n_coef)
-        coef_q = coefficients[q[:, None], cell_f, cell_t].conj()
-        # Σ_{j,k} c_p[j] conj(c_q[k]) W_{j+k}, written out elementwise: as a batched 3 x 3
-        # matrix product XLA's CPU dots took most of the operator's time beside the moments.
-        total = sum(
-            coef_p[..., j] * coef_q[..., k] * moments[..., j + k]
-            for j in range(n_coef)
-            for k in range(n_coef)
-        )
-        return jnp.sum(total, axis=(2, 3)) / n_int_f
+        coef_p = _coefficients(signal, tables, p, cell_f, cell_t)
+        coef_q = _coefficients(signal, tables, q, cell_f, cell_t)
+        weighted = jnp.einsum("...jk,...k->...j", moments[..., hankel], coef_q.conj())
+        return jnp.sum(coef_p * weighted, axis=(2, 3, 4)) / n_int_f
 
     per_pair_cell = _bytes_per_pair_cell(amp, n_int_f, n_mom, **options)
     coordinates, grid = _block_plan(n_bl, n_freq, n_time, per_pair_cell, memory_budget_bytes)
