@@ -263,7 +263,7 @@ def build(
     if stats.n_points == 0:
         raise ValueError("every visibility is flagged: there is nothing to fit")
     level = config.rfi_sigma or stats.rfi_level(meta.n_sat)
-    frame = joint._frame(meta, config, stats.snr, level, init, seed)
+    frame = joint.model_frame(meta, config, stats.snr, level, init, seed)
 
     layout = sharding.plan_layout(frame.spec, frame.constants, mesh, reuse=reuse)
     spec, order = layout.spec, layout.order

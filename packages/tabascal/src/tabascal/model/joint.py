@@ -241,7 +241,7 @@ def _groups(meta, geom: Geometry, snr: float, config: ModelConfig, real):
     return specs, tables, sizes
 
 
-class _Frame(NamedTuple):
+class Frame(NamedTuple):
     """The model set up from metadata and the scalar data statistics: everything but the
     per-row arrays (data, sky mean and sky parameters). constants.sky is None."""
 
@@ -254,7 +254,10 @@ class _Frame(NamedTuple):
     info: dict[str, Any]
 
 
-def _frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None = None) -> _Frame:
+def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None = None) -> Frame:
+    """Everything of the model that the metadata ``meta`` and the data statistics fix (host):
+    snr sizes the RFI groups' fine sampling, rfi_level scales the RFI prior; ``build``,
+    ``abstract_model`` and ``store_sharding.build`` add the per-row arrays to it."""
     real = np.dtype(PRECISIONS[config.precision])
     n_ant, n_src, n_freq, n_time = meta.n_ant, meta.n_sat, meta.n_freq, meta.n_time
     geom = observation_geometry(meta, config) if geom is None else geom
@@ -281,7 +284,7 @@ def _frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None = Non
         "sky_modes": [grid.half_freq * 2 + 1, grid.half_time * 2 + 1],
         "fov_radius_deg": float(np.rad2deg(geom.fov_radius_rad)),
     }
-    return _Frame(
+    return Frame(
         spec, constants, grid, geom.sky_fringe_rate_hz,
         rfi_signal.init(rfi_c, jax.random.key(seed) if init == "prior" else None),
         gains.init(gains_c, jax.random.key(seed + 2) if init == "prior" else None),
@@ -302,7 +305,7 @@ def build(obs, config: ModelConfig, *, init: str = "data", seed: int = 0) -> Mod
     asked, never by default).
 
     The work splits in two: the metadata and a few mergeable data statistics
-    (``data_stats.DataStats``) fix everything but the per-row arrays (``_frame``, shared with
+    (``data_stats.DataStats``) fix everything but the per-row arrays (``model_frame``, shared with
     ``abstract_model``); the per-row arrays (data, the sky mean from the data less the initial
     RFI prediction, the sky parameters) follow row by row.
     """
@@ -317,7 +320,7 @@ def build(obs, config: ModelConfig, *, init: str = "data", seed: int = 0) -> Mod
     noise = np.asarray(data.noise, np.float64)
     stats = DataStats.from_rows(vis, flags, noise)
     level = config.rfi_sigma or stats.rfi_level(obs.n_sat)
-    frame = _frame(obs, config, stats.snr, level, init, seed)
+    frame = model_frame(obs, config, stats.snr, level, init, seed)
     rfi_params = frame.rfi
     if init == "truth":
         rfi_params = rfi_signal.init_from_estimate(
@@ -375,7 +378,7 @@ def abstract_model(
     check_metadata(meta)
     real = np.dtype(PRECISIONS[config.precision])
     cplx = np.result_type(real, np.complex64)
-    frame = _frame(meta, config, snr, rfi_level, init, seed, geom)
+    frame = model_frame(meta, config, snr, rfi_level, init, seed, geom)
     sky_c = sky.make_constants(
         config.sky, frame.grid, frame.fringe_rate_hz, scale=sky_sigma, dtype=real
     )
