@@ -31,6 +31,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _common import machine
 
 from ri_kernels import (
     analytic_eval_with_indices,
@@ -108,20 +109,11 @@ def _time(fn, amp, repeats, max_seconds):
 
 
 def _machine():
-    cpu = ""
-    if os.path.exists("/proc/cpuinfo"):
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {
-        "node": platform.node(),
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "load_average_1min": os.getloadavg()[0],
-        "system": platform.platform(),
-        "devices": [str(d) for d in jax.devices()],
-    }
+    # The tabascal benchmarks' machine record, with this script's keys: the 1-minute load and
+    # every device by name.
+    return dict(
+        machine(), load_average_1min=os.getloadavg()[0], devices=[str(d) for d in jax.devices()]
+    )
 
 
 def _git_commit():
