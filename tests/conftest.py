@@ -38,3 +38,27 @@ def small_store(tmp_path_factory):
     path = tmp_path_factory.mktemp("small_store") / "obs.zarr"
     simulate(simulation_config("demo", SMALL), path)
     return path
+
+
+def compiled_step(model, axis: str, n_dev: int = N_DEVICES):
+    """(compiled optimisation step, initial state, inputs) of ``model`` (a ``joint.Model``) on
+    the axis "none" (one device), "baseline" or "reuse" (the baseline axis with the antenna-reuse
+    plan) over ``n_dev`` devices."""
+    from functools import partial
+
+    from tabascal import fit, sharding
+    from tabascal.model import joint
+
+    optimizer = fit.make_optimizer(fit.FitConfig())
+    if axis == "none":
+        params, inputs = model.params, (model.constants, model.data)
+        loss_fn = partial(joint.loss, spec=model.spec)
+    else:
+        mesh = sharding.make_mesh(n_dev)
+        sharded = sharding.shard_model(model, mesh, reuse=axis == "reuse")
+        params, inputs = sharded.params, (sharded.constants, sharded.data)
+        loss_fn = partial(sharding.loss, spec=sharded.spec)
+    params = jax.tree.map(lambda x: x.copy(), params)  # the step donates its state
+    state = fit.init_state(params, optimizer)
+    step = fit.make_step(loss_fn, optimizer).lower(state, inputs).compile()
+    return step, state, inputs

@@ -6,15 +6,14 @@ case also proves the sharded route ran: the RFI output lives on P("bl") over n d
 block of B rows per device.
 """
 
-from functools import partial
-
 import jax
 import numpy as np
 import pytest
+from conftest import compiled_step
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tabascal import fit, memory, run_config, sharding
+from tabascal import memory, run_config, sharding
 from tabascal.model import joint
 from tabascal.store import read_observation
 
@@ -128,19 +127,7 @@ _steps = {}
 def _fit_step(obs, axis):
     """(compiled optimisation step, initial state, inputs) of the hybrid model, built once."""
     if axis not in _steps:
-        model, _, _ = _reference(obs, "hybrid")
-        optimizer = fit.make_optimizer(fit.FitConfig())
-        if axis == "baseline":
-            sharded = sharding.shard_model(model, sharding.make_mesh(N_DEVICES))
-            params, inputs = sharded.params, (sharded.constants, sharded.data)
-            loss_fn = partial(sharding.loss, spec=sharded.spec)
-        else:
-            params, inputs = model.params, (model.constants, model.data)
-            loss_fn = partial(joint.loss, spec=model.spec)
-        params = jax.tree.map(lambda x: x.copy(), params)  # the step donates its state
-        state = fit.init_state(params, optimizer)
-        step = fit.make_step(loss_fn, optimizer).lower(state, inputs).compile()
-        _steps[axis] = (step, state, inputs)
+        _steps[axis] = compiled_step(_reference(obs, "hybrid")[0], axis)
     return _steps[axis]
 
 
