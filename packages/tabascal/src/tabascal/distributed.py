@@ -232,9 +232,9 @@ def stage(what: str) -> Iterator[None]:
     try:
         yield
     except Exception as err:  # every failure must reach the other processes
-        agree(err, what)
-        raise
-    agree(None, what)
+        agree(err, what)  # re-raises err here, after the other processes have heard of it
+    else:
+        agree(None, what)
 
 
 def host_rows(array, start: int, stop: int) -> np.ndarray:
