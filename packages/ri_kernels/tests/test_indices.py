@@ -1,4 +1,5 @@
-"""make_indices and stack_indices: validation on the host and index-array contracts."""
+"""make_indices, make_index_sets and stack_indices: validation on the host and index-array
+contracts."""
 
 import jax
 import numpy as np
@@ -6,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ri_kernels import BaselineIndices, make_indices, stack_indices
+from ri_kernels import BaselineIndices, make_index_sets, make_indices, stack_indices
 
 
 @st.composite
@@ -96,3 +97,46 @@ def test_stacked_sets_split_back_into_each_device_set():
 def test_stacking_sets_of_different_lengths_is_refused():
     with pytest.raises(ValueError, match=r"entry 1 has \(n_ant, n_bl\) = \(6, 2\)"):
         stack_indices([make_indices(6, [0, 1, 2], [3, 4, 5]), make_indices(6, [0, 1], [1, 2])])
+
+
+def test_index_sets_are_sized_to_the_widest_list_and_recover_every_pair():
+    # Three blocks of 5 rows of the upper triangle of 8 antennas, as devices would own them.
+    a1, a2 = (x.astype(np.int32) for x in np.triu_indices(8, 1))
+    lists = [(a1[d * 5 : (d + 1) * 5], a2[d * 5 : (d + 1) * 5]) for d in range(3)]
+    stacked = make_index_sets(8, lists)
+    # Counted by hand: rows 0-4 touch a1 {0} and a2 {1..5}; rows 5-9 a1 {0, 1}, a2 {6, 7, 2,
+    # 3, 4}; rows 10-14 a1 {1, 2}, a2 {5, 6, 7, 3, 4}. Touched: 6, 7 and 7 antennas.
+    expected = {"a1": 5, "a2": 5, "ant": 7, "row": 2, "col": 5, "bl_row": 5, "bl_col": 5}
+    for name, size in expected.items():
+        assert getattr(stacked, name).shape == (3, size), name
+    for d, (p, q) in enumerate(lists):
+        local = jax.tree.map(lambda x, d=d: x[d], stacked)
+        np.testing.assert_array_equal(local.ant[local.row[local.bl_row]], p)
+        np.testing.assert_array_equal(local.ant[local.col[local.bl_col]], q)
+    # make_indices sizes the same lists for any 5 baselines: 5 rows and 5 columns each.
+    assert make_indices(8, *lists[0]).row.shape == (5,)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_pair_lists(), st.integers(1, 4))
+def test_index_sets_never_exceed_the_bounds_of_make_indices(case, n_sets):
+    n_ant, a1, a2 = case
+    n_bl = a1.size // n_sets
+    lists = [(a1[d * n_bl : (d + 1) * n_bl], a2[d * n_bl : (d + 1) * n_bl]) for d in range(n_sets)]
+    stacked = make_index_sets(n_ant, lists)
+    bounds = make_indices(n_ant, *lists[0])
+    for mine, bound in zip(jax.tree.leaves(stacked), jax.tree.leaves(bounds), strict=True):
+        assert mine.shape[0] == n_sets and mine.shape[1] <= bound.shape[0]
+    for d, (p, q) in enumerate(lists):
+        local = jax.tree.map(lambda x, d=d: x[d], stacked)
+        np.testing.assert_array_equal(local.ant[local.row[local.bl_row]], p)
+        np.testing.assert_array_equal(local.ant[local.col[local.bl_col]], q)
+
+
+def test_index_sets_refuse_bad_lists_naming_the_set():
+    with pytest.raises(ValueError, match=r"make_index_sets: set 1: a2\[0\] = 9"):
+        make_index_sets(4, [([0], [1]), ([0], [9])])
+    with pytest.raises(ValueError, match=r"lengths \[1, 2\]"):
+        make_index_sets(4, [([0], [1]), ([0, 1], [2, 3])])
+    with pytest.raises(ValueError, match="at least one"):
+        make_index_sets(4, [])

@@ -12,7 +12,7 @@ import pytest
 from ri_reference import analytic_reference, make_scene, quadrature_reference
 from seam_autodiff import A1, A2, ARGS, N_ANT, POSITIONS, SCENE, SEAMS, value_jvp_vjp
 
-from ri_kernels import RFIAnalyticVisOp, RFIInterpVisOp, make_indices
+from ri_kernels import RFIAnalyticVisOp, RFIInterpVisOp, make_index_sets, make_indices
 
 OPERATORS = {"quadrature": RFIInterpVisOp, "analytic": RFIAnalyticVisOp}
 
@@ -54,6 +54,28 @@ def test_every_third_baseline_equals_the_whole_operators_rows_in_value_and_gradi
     _assert_same(vjp_third, vjp_whole)
     autos = A1 == A2
     assert np.all(np.abs(np.asarray(vis_whole)[autos].imag) <= 1e-12 * np.abs(vis_whole).max())
+
+
+@pytest.mark.parametrize("name", ["quadrature", "analytic"])
+def test_sets_sized_to_their_lists_give_the_rows_of_the_whole_list(name):
+    # Contiguous blocks of the list, as devices own them: make_index_sets sizes their Gram rows
+    # and columns by the widest block, fewer than make_indices would.
+    n_sets = 3
+    size = A1.size // n_sets
+    blocks = [np.arange(d * size, (d + 1) * size) for d in range(n_sets)]
+    stacked = make_index_sets(N_ANT, [(A1[rows], A2[rows]) for rows in blocks])
+    assert stacked.row.shape[1] < min(size, N_ANT)  # the sizing this test exists for
+    vis_whole, jvp_whole, _ = _run(name, make_indices(N_ANT, A1, A2), _cotangent(A1.size))
+    for d, rows in enumerate(blocks):
+        local = jax.tree.map(lambda x, d=d: x[d], stacked)
+        cotangent = _cotangent(rows.size, seed=d)
+        padded = np.zeros((A1.size, *cotangent.shape[1:]), complex)
+        padded[rows] = cotangent
+        vis, jvp, vjp = _run(name, local, cotangent)
+        _, _, vjp_whole = _run(name, make_indices(N_ANT, A1, A2), padded)
+        _assert_same(vis, np.asarray(vis_whole)[rows])
+        _assert_same(jvp, np.asarray(jvp_whole)[rows])
+        _assert_same(vjp, vjp_whole)
 
 
 @pytest.mark.parametrize("name", ["quadrature", "analytic"])

@@ -4,12 +4,13 @@ Two operators turn per-antenna RFI signals on the data's (channel, time) grid in
 visibilities averaged over each channel and integration: by quadrature over fine samples
 (:func:`quadrature_eval_with_indices`, :class:`RFIInterpVisOp`) or in closed form over time
 (:func:`analytic_eval_with_indices`, :class:`RFIAnalyticVisOp`). Baseline lists are validated
-once on the host by :func:`make_indices`; the table builders make the interpolation tables.
+once on the host by :func:`make_indices` (several per-device lists at once, sized to what they
+touch, by :func:`make_index_sets`); the table builders make the interpolation tables.
 """
 
 from ri_kernels._analytic import analytic_eval_with_indices
 from ri_kernels._blocks import DEFAULT_MEMORY_BUDGET_BYTES
-from ri_kernels._indices import BaselineIndices, make_indices, stack_indices
+from ri_kernels._indices import BaselineIndices, make_index_sets, make_indices, stack_indices
 from ri_kernels._operators import RFIAnalyticVisOp, RFIInterpVisOp
 from ri_kernels._quadrature import quadrature_eval_with_indices
 from ri_kernels._tables import fine_offsets, lagrange_stencils, monomial_stencils, stencil_starts
@@ -25,6 +26,7 @@ __all__ = [
     "analytic_eval_with_indices",
     "fine_offsets",
     "lagrange_stencils",
+    "make_index_sets",
     "make_indices",
     "monomial_stencils",
     "quadrature_eval_with_indices",

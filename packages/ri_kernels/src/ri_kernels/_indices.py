@@ -18,7 +18,9 @@ class BaselineIndices:
     same ``(n_bl, n_ant)`` stack leaf by leaf on a leading device axis (see
     :func:`stack_indices`).
 
-    Fields (``n_u = min(2 n_bl, n_ant)``, ``n_r = n_c = min(n_bl, n_ant)``):
+    Fields (from :func:`make_indices`, ``n_u = min(2 n_bl, n_ant)`` and ``n_r = n_c =
+    min(n_bl, n_ant)``; from :func:`make_index_sets`, the largest counts over the sets, which
+    never exceed these bounds):
 
     - ``a1``, ``a2``: (n_bl,) antenna ids of each baseline, in the caller's order.
     - ``ant``: (n_u,) the antennas the list touches, ascending; unused tail slots repeat the
@@ -54,7 +56,8 @@ class BaselineIndices:
 
 
 def index_shapes(n_bl: int, n_ant: int) -> dict[str, tuple[int]]:
-    """The shape of every :class:`BaselineIndices` array for a list of ``n_bl`` baselines."""
+    """The shape of every :class:`BaselineIndices` array that :func:`make_indices` builds for a
+    list of ``n_bl`` baselines; for ``ant``, ``row`` and ``col`` the largest any set may have."""
     n_u, n_rc = min(2 * n_bl, n_ant), min(n_bl, n_ant)
     return {
         "a1": (n_bl,),
@@ -109,6 +112,45 @@ def _padded(values: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
+def _validated(n_ant, a1, a2) -> tuple[int, np.ndarray, np.ndarray]:
+    try:
+        n_ant = operator.index(n_ant)
+    except TypeError:
+        raise TypeError(f"make_indices: n_ant must be an integer; got {n_ant!r}") from None
+    if n_ant < 1:
+        raise ValueError(f"make_indices: n_ant must be >= 1; got {n_ant}")
+    a1 = _antenna_column("a1", a1, n_ant)
+    a2 = _antenna_column("a2", a2, n_ant)
+    if a1.size != a2.size:
+        raise ValueError(
+            f"make_indices: a1 and a2 must have the same length; got {a1.size} and {a2.size}"
+        )
+    _refuse_repeated_pairs(a1, a2, n_ant)
+    return n_ant, a1, a2
+
+
+def _distinct(a1: np.ndarray, a2: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The touched antennas, the distinct a1 (Gram rows) and the distinct a2 (columns)."""
+    return np.union1d(a1, a2), np.unique(a1), np.unique(a2)
+
+
+def _build(n_ant: int, a1: np.ndarray, a2: np.ndarray, sizes: tuple[int, int, int]):
+    ant, rows, cols = _distinct(a1, a2)
+    bl_row = np.searchsorted(rows, a1)
+    bl_col = np.searchsorted(cols, a2)
+    n_u, n_r, n_c = sizes
+    return BaselineIndices(
+        n_ant,
+        a1,
+        a2,
+        _padded(ant.astype(np.int32), n_u),
+        _padded(np.searchsorted(ant, rows).astype(np.int32), n_r),
+        _padded(np.searchsorted(ant, cols).astype(np.int32), n_c),
+        bl_row.astype(np.int32).reshape(-1),
+        bl_col.astype(np.int32).reshape(-1),
+    )
+
+
 def make_indices(n_ant: int, a1: Sequence[int], a2: Sequence[int]) -> BaselineIndices:
     """Validate a baseline list on the host and build its index arrays.
 
@@ -125,33 +167,52 @@ def make_indices(n_ant: int, a1: Sequence[int], a2: Sequence[int]) -> BaselineIn
     Raises:
         TypeError, ValueError: naming the offending rows.
     """
-    try:
-        n_ant = operator.index(n_ant)
-    except TypeError:
-        raise TypeError(f"make_indices: n_ant must be an integer; got {n_ant!r}") from None
-    if n_ant < 1:
-        raise ValueError(f"make_indices: n_ant must be >= 1; got {n_ant}")
-    a1 = _antenna_column("a1", a1, n_ant)
-    a2 = _antenna_column("a2", a2, n_ant)
-    if a1.size != a2.size:
-        raise ValueError(
-            f"make_indices: a1 and a2 must have the same length; got {a1.size} and {a2.size}"
-        )
-    _refuse_repeated_pairs(a1, a2, n_ant)
-
+    n_ant, a1, a2 = _validated(n_ant, a1, a2)
     shapes = index_shapes(a1.size, n_ant)
-    ant = np.union1d(a1, a2).astype(np.int32)
-    rows, bl_row = np.unique(a1, return_inverse=True)
-    cols, bl_col = np.unique(a2, return_inverse=True)
-    return BaselineIndices(
-        n_ant,
-        a1,
-        a2,
-        _padded(ant, shapes["ant"][0]),
-        _padded(np.searchsorted(ant, rows).astype(np.int32), shapes["row"][0]),
-        _padded(np.searchsorted(ant, cols).astype(np.int32), shapes["col"][0]),
-        bl_row.astype(np.int32).reshape(-1),
-        bl_col.astype(np.int32).reshape(-1),
+    return _build(n_ant, a1, a2, (shapes["ant"][0], shapes["row"][0], shapes["col"][0]))
+
+
+def make_index_sets(
+    n_ant: int, baselines: Sequence[tuple[Sequence[int], Sequence[int]]]
+) -> BaselineIndices:
+    """Index sets of several equally long baseline lists, stacked on a leading axis and sized
+    to what the lists touch.
+
+    The sets of :func:`make_indices` size their Gram rows and columns for any list of that
+    length: ``min(n_bl, n_ant)`` each, so a device's share of a large array forms products of
+    nearly every antenna pair even when its baselines touch few distinct ``a1`` or ``a2``.
+    Here ``ant``, ``row`` and ``col`` take the largest counts over the lists instead, so the
+    quadrature operator's Gram products per cell are at most (distinct a1) x (distinct a2) of
+    the widest list. For ``shard_map`` with ``P(axis)``, like :func:`stack_indices`.
+
+    Args:
+        n_ant: total number of antennas (real and ghost), as for :func:`make_indices`.
+        baselines: one ``(a1, a2)`` pair of (n_bl,) antenna-id lists per set, every list of the
+            same length (pad short ones with pairs against a ghost antenna first).
+
+    Raises:
+        TypeError, ValueError: as :func:`make_indices`, naming the set.
+    """
+    if not baselines:
+        raise ValueError("make_index_sets: need at least one (a1, a2) baseline list")
+    lists = []
+    for i, (a1, a2) in enumerate(baselines):
+        try:
+            lists.append(_validated(n_ant, a1, a2)[1:])
+        except (TypeError, ValueError) as error:
+            message = str(error).removeprefix("make_indices: ")
+            raise type(error)(f"make_index_sets: set {i}: {message}") from None
+    lengths = {a1.size for a1, _ in lists}
+    if len(lengths) > 1:
+        raise ValueError(
+            f"make_index_sets: the lists have lengths {sorted(lengths)}; every set must have "
+            f"the same number of baselines (pad short lists with pairs against a ghost antenna)"
+        )
+    counts = np.array([[x.size for x in _distinct(a1, a2)] for a1, a2 in lists])
+    sizes = tuple(int(n) for n in counts.max(axis=0))
+    n_ant = operator.index(n_ant)
+    return jax.tree.map(
+        lambda *leaves: np.stack(leaves), *(_build(n_ant, a1, a2, sizes) for a1, a2 in lists)
     )
 
 

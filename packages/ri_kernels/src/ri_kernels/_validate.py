@@ -75,12 +75,19 @@ def indices(fn: str, index_set, n_ant: int) -> int:
             f"{fn}: indices were built for n_ant = {index_set.n_ant} but amp has "
             f"{n_ant} antennas on axis 0"
         )
-    for name, shape in index_shapes(index_set.n_bl, n_ant).items():
+    for name, bound in index_shapes(index_set.n_bl, n_ant).items():
         leaf = getattr(index_set, name)
-        if tuple(leaf.shape) != shape or np.dtype(leaf.dtype).kind not in "iu":
+        # a1, a2, bl_row and bl_col have one entry per baseline; ant, row and col as many as
+        # the set was sized for (make_index_sets: fewer than make_indices, never more).
+        exact = name not in ("ant", "row", "col")
+        size = leaf.shape[0] if leaf.ndim == 1 else -1
+        fits = size == bound[0] if exact else min(1, bound[0]) <= size <= bound[0]
+        if not fits or np.dtype(leaf.dtype).kind not in "iu":
+            expected = f"shape {bound}" if exact else f"1-D, at most {bound[0]} long"
             raise ValueError(
                 f"{fn}: indices.{name} has shape {tuple(leaf.shape)} and dtype {leaf.dtype}; "
-                f"expected integers of shape {shape}. Build indices with make_indices"
+                f"expected integers, {expected}. Build indices with make_indices or "
+                f"make_index_sets"
             )
     return index_set.n_bl
 
