@@ -60,6 +60,10 @@ _RFI = Section(
         "segments": Option(int, 2, "analytic operator: pieces per integration", min=1, max=1024),
         "terms": Option(int, 6, "analytic operator: curvature expansion terms", min=1, max=32),
         "cubic_terms": Option(int, 3, "analytic operator: cubic-phase terms", min=0, max=8),
+        "memory_budget_mb": Option(
+            float, 256.0, "fine-grid working memory of each RFI operator call; on the baseline "
+            "axis each device takes this divided by the number of devices", "MiB", min=1e-3,
+        ),
     },
 )  # fmt: skip
 
@@ -157,6 +161,7 @@ def model_config(config: dict) -> joint.ModelConfig:
             max_samples=r["max_samples"], time_stencil=r["time_stencil"],
             freq_stencil=r["freq_stencil"], segments=r["segments"], terms=r["terms"],
             cubic_terms=r["cubic_terms"], max_groups=r["max_groups"],
+            memory_budget_mb=r["memory_budget_mb"],
         ),
         gains=gains.GainsConfig(
             kind=g["kind"], corr_time_s=g["corr_time_s"], amp_sigma=g["amp_sigma"],

@@ -16,8 +16,9 @@ permutation, so results leave in the data's order either way.
 Placement: every array with a baseline axis (data, a1, a2, the sky constants'
 ``sky.BASELINE_FIELDS``, the sky parameters and every visibility-shaped intermediate) lives on
 ``P("bl")``; per-antenna and per-source arrays (RFI signal, gains, phase, delay_us, freq_mhz)
-are replicated. The RFI term runs in ``shard_map``: each device gets the whole per-antenna
-signal, appends the plan's ghost antennas (zero signal), evaluates each group with its own
+are replicated. The RFI term runs in ``shard_map``: each device synthesises the per-antenna
+signal of its antennas from the replicated parameters (all of them, or with a reuse plan its
+compact table), appends the plan's ghost antennas (zero signal), evaluates each group with its own
 stacked index arrays through the ri_kernels seams, scatters into a local (B + 1, n_freq,
 n_time) buffer at the plan's positions (padding lands in the spare row B) and keeps the first
 B rows. The sky, the gains and the likelihood act row by row, so they run under ``jit`` on the
@@ -27,7 +28,7 @@ and the gradients of replicated parameters are summed across devices.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import jax
@@ -161,11 +162,10 @@ def _sharded_groups(groups, plan, mesh: Mesh) -> tuple[rfi_vis.GroupTables, ...]
     """Per group: stacked per-device indices and local positions on P("bl"), tables replicated."""
     out = []
     for tables, group in zip(groups, plan.groups, strict=True):
-        indices = ri_kernels.stack_indices(
-            [
-                ri_kernels.make_indices(plan.n_ant_total, group.a1[d], group.a2[d])
-                for d in range(plan.n_dev)
-            ]
+        # Sized to what the devices' lists touch: a block of rows pairs few distinct a1 with
+        # the a2 after them, so the quadrature operator's Gram products per cell shrink with it.
+        indices = ri_kernels.make_index_sets(
+            plan.n_ant_total, [(group.a1[d], group.a2[d]) for d in range(plan.n_dev)]
         )
         indices = jax.tree.map(lambda x: _put_rows(np.asarray(x, np.int32), mesh), indices)
         positions = _put_rows(np.asarray(group.positions, np.int32), mesh)
@@ -207,6 +207,11 @@ def plan_layout(model_spec: joint.ModelSpec, constants: joint.ModelConstants, me
         a1, a2, model_spec.n_ant, n_dev, groups=labels, reuse=reuse_plan
     )
     antenna_ids = None if reuse_plan is None else _compact_antennas(plan)
+    # Each device evaluates its share of the rows, so it takes its share of the operators'
+    # working memory: their fine-grid blocks then divide over devices like the visibilities.
+    rfi_config = model_spec.rfi_vis
+    rfi_config = replace(rfi_config, memory_budget_mb=rfi_config.memory_budget_mb / n_dev)
+    model_spec = replace(model_spec, rfi_vis=rfi_config)
     spec = ShardedSpec(model_spec, mesh, plan.block_size, plan.n_ghost, antenna_ids=antenna_ids,
                        reuse=reuse_plan)  # fmt: skip
     order = None if reuse_plan is None else np.asarray(reuse_plan.order)
@@ -296,14 +301,26 @@ def _device_antennas(x: jax.Array, spec: ShardedSpec) -> jax.Array:
     return _append_ghosts(x, 1)[ids]
 
 
-def rfi_block(amp, phase, delay_us, freq_mhz, groups, spec: ShardedSpec) -> jax.Array:
+def rfi_block(rfi_params, signal, phase, delay_us, freq_mhz, groups, spec: ShardedSpec):
     """One device's RFI visibilities (B, n_freq, n_time); runs inside ``shard_map``.
 
-    amp, phase: (n_ant, n_src, n_freq, n_time), delay_us: (n_ant, n_src, n_time, n_path), all
-    antennas (replicated); groups: this device's tables, indices and positions with a leading
-    axis of 1 (antenna ids in the device's numbering: global, or compact with a reuse plan).
+    rfi_params, signal: the RFI signal's parameters and constants (``rfi_signal``), phase:
+    (n_ant, n_src, n_freq, n_time), delay_us: (n_ant, n_src, n_time, n_path), all antennas
+    (replicated); groups: this device's tables, indices and positions with a leading axis of 1
+    (antenna ids in the device's numbering: global, or compact with a reuse plan). The signal
+    is synthesised here for the device's antennas alone (with a reuse plan, its compact table),
+    so its fine-grid arrays and their cotangents scale with those antennas; the replicated
+    parameters' gradients are summed over devices by the map's transpose.
     """
-    amp, phase, delay_us = (_device_antennas(x, spec) for x in (amp, phase, delay_us))
+    signal = signal._replace(
+        scale=_device_antennas(signal.scale, spec), mean=_device_antennas(signal.mean, spec)
+    )
+    # Varying from the parameters on: every group's cotangent then accumulates on the device
+    # and crosses devices once, as the modes' gradient, rather than once per group as a
+    # signal-sized cube.
+    z = _device_antennas(jax.lax.pcast(rfi_params.z, AXIS, to="varying"), spec)
+    amp = rfi_signal.forward(rfi_params._replace(z=z), signal)
+    phase, delay_us = (_device_antennas(x, spec) for x in (phase, delay_us))
     n_freq, n_time = amp.shape[2], amp.shape[3]
     block = jnp.zeros((spec.block_size + 1, n_freq, n_time), amp.dtype)
     for group_spec, tables in zip(spec.model.groups, groups, strict=True):
@@ -318,7 +335,6 @@ def rfi_block(amp, phase, delay_us, freq_mhz, groups, spec: ShardedSpec) -> jax.
 
 def predict_rfi(rfi_params, constants: joint.ModelConstants, spec: ShardedSpec) -> jax.Array:
     """RFI visibilities (n_dev B, n_freq, n_time) on ``P("bl")``, before the gains."""
-    amp = rfi_signal.forward(rfi_params, constants.rfi_signal)
     group_specs = tuple(
         tables._replace(indices=P(AXIS), rows=P(AXIS), **{f: P() for f in _TABLE_FIELDS})
         for tables in constants.groups
@@ -326,10 +342,13 @@ def predict_rfi(rfi_params, constants: joint.ModelConstants, spec: ShardedSpec) 
     mapped = jax.shard_map(
         lambda *args: rfi_block(*args, spec=spec),
         mesh=spec.mesh,
-        in_specs=(P(), P(), P(), P(), group_specs),
+        in_specs=(P(), P(), P(), P(), P(), group_specs),
         out_specs=P(AXIS),
     )
-    vis = mapped(amp, constants.phase, constants.delay_us, constants.freq_mhz, constants.groups)
+    vis = mapped(
+        rfi_params, constants.rfi_signal, constants.phase, constants.delay_us,
+        constants.freq_mhz, constants.groups,
+    )  # fmt: skip
     return _keep_rows(vis, spec)
 
 

@@ -38,6 +38,9 @@ class RfiVisConfig:
     freq_stencil: Lagrange points per frequency stencil.
     segments, terms, cubic_terms: options of the analytic operator (see ri_kernels).
     max_groups: most groups (compiled operator calls); the smallest are merged upwards.
+    memory_budget_mb: fine-grid working memory of each operator call (MiB), which sets how many
+      cells (and baselines) the operators evaluate at once. On the baseline axis each device
+      takes its share, this divided by the number of devices (``sharding.plan_layout``).
     """
 
     quadrature_limit: int = 16
@@ -49,6 +52,11 @@ class RfiVisConfig:
     terms: int = 6
     cubic_terms: int = 3
     max_groups: int = 4
+    memory_budget_mb: float = ri_kernels.DEFAULT_MEMORY_BUDGET_BYTES / 2**20
+
+    @property
+    def memory_budget_bytes(self) -> int:
+        return max(int(self.memory_budget_mb * 2**20), 1)
 
 
 @dataclass(frozen=True)
@@ -207,11 +215,13 @@ def evaluate_group(
         return ri_kernels.quadrature_eval_with_indices(
             tables.indices, amp, phase, delay_us, tables.w_freq, tables.start_freq,
             tables.w_time, tables.start_time, tables.dnu_mhz, tables.dt, freq_mhz,
+            memory_budget_bytes=config.memory_budget_bytes,
         )  # fmt: skip
     return ri_kernels.analytic_eval_with_indices(
         tables.indices, amp, phase, delay_us, tables.w_freq, tables.start_freq,
         tables.w_time, tables.start_time, tables.dnu_mhz, tables.dt, freq_mhz,
         segments=config.segments, terms=config.terms, cubic_terms=config.cubic_terms,
+        memory_budget_bytes=config.memory_budget_bytes,
     )  # fmt: skip
 
 
