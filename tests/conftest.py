@@ -62,3 +62,17 @@ def compiled_step(model, axis: str, n_dev: int = N_DEVICES):
     state = fit.init_state(params, optimizer)
     step = fit.make_step(loss_fn, optimizer).lower(state, inputs).compile()
     return step, state, inputs
+
+
+def assert_no_cube_crosses_devices(step, n_ant: int):
+    """Check a compiled step's collectives: only all-reduces, each of scalars or of per-antenna
+    arrays (leading axis ``n_ant``: the gradients of the replicated RFI modes and the gains);
+    never a visibility-shaped array. Returns what was found, for the test to print."""
+    from tabascal import memory
+
+    moved = memory.collective_shapes(step)
+    for name, arrays in moved:
+        assert name == "all-reduce", moved
+        for dtype, shape in arrays:
+            assert shape == () or shape[0] == n_ant, (name, dtype, shape, moved)
+    return moved

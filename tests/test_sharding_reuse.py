@@ -13,7 +13,7 @@ from functools import partial
 import jax
 import numpy as np
 import pytest
-from conftest import compiled_step
+from conftest import assert_no_cube_crosses_devices, compiled_step
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -165,6 +165,8 @@ def test_compiled_reuse_step_has_no_gather_or_permute(obs):
     for name in ("all-gather", "collective-permute", "all-to-all"):
         assert found.get(name, 0) == 0, (name, found)
     assert found.get("all-reduce", 0) >= 1, found  # the scalar sums at least
+    moved = assert_no_cube_crosses_devices(step, _reference(obs, "hybrid")[0].spec.n_ant)
+    print(f"arrays they move: {moved}")
 
 
 @pytest.mark.heavy

@@ -56,6 +56,15 @@ def test_collectives_are_counted_by_operation_not_by_name():
     }
 
 
+def test_collective_shapes_list_what_each_collective_moves():
+    assert memory.collective_shapes(HLO) == [
+        ("all-reduce", (("f64", ()),)),
+        ("all-reduce", (("f64", (9, 2, 2, 30)),)),
+        ("all-gather", (("f32", (8,)), ("f32", (32,)))),
+        ("collective-permute", (("f32", (4,)),)),
+    ]
+
+
 def test_a_single_device_program_has_no_collectives():
     compiled = jax.jit(lambda x: (x * 2.0).sum()).lower(jnp.ones((16, 4))).compile()
     assert memory.count_collectives(compiled) == {}

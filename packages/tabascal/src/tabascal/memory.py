@@ -72,6 +72,29 @@ def count_collectives(compiled: jax.stages.Compiled | str) -> dict[str, int]:
     return dict(sorted(collections.Counter(_COLLECTIVE.findall(text)).items()))
 
 
+_RESULT = re.compile(r"=\s*(\([^=]*?\)|\S+)\s+(" + "|".join(COLLECTIVES) + r")(?:-start)?\(")
+_ARRAY = re.compile(r"([a-z]+\d*)\[([\d,]*)\]")
+
+
+def collective_shapes(compiled: jax.stages.Compiled | str) -> list[tuple[str, tuple]]:
+    """Every collective of a compiled program with the shapes it moves, in program order.
+
+    Returns ``(operation, ((dtype, shape), ...))`` per collective, e.g. ``("all-reduce",
+    (("f32", ()), ("c64", (24, 2, 30))))``. An asynchronous one's ``-start`` stands for it (its
+    result lists the operands then the outputs, each array once here).
+    """
+    text = compiled if isinstance(compiled, str) else compiled.as_text()
+    found = []
+    for result, name in _RESULT.findall(text):
+        arrays = []
+        for dtype, dims in _ARRAY.findall(result):
+            entry = (dtype, tuple(int(d) for d in dims.split(",") if d))
+            if entry not in arrays:
+                arrays.append(entry)
+        found.append((name, tuple(arrays)))
+    return found
+
+
 def live_bytes_per_device(devices: Iterable[jax.Device] | None = None) -> list[int]:
     """Bytes of every live jax array held on each device (the device's shards only).
 
