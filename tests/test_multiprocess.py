@@ -101,6 +101,7 @@ def test_two_processes_fit_as_one_process_on_four_devices(store, tmp_path):
     assert len(summary["per_device_peak_bytes"]) == 4
     print("chi2_final, 2 processes:", summary["chi2_final"], "1 process:", reference["chi2_final"])
     assert summary["chi2_final"] == pytest.approx(reference["chi2_final"], rel=1e-9)
+    chi2_at_five = summary["chi2_final"]
     assert summary["truth"]["sky"]["rmse"] == pytest.approx(
         reference["truth"]["sky"]["rmse"], rel=1e-6
     )
@@ -126,3 +127,25 @@ def test_two_processes_fit_as_one_process_on_four_devices(store, tmp_path):
     assert again[0][0] == 2 and "is not empty; pass --overwrite" in again[0][1], again[0][1]
     assert again[1][0] == 2, again[1][1]
     assert "preparing the output folder failed in process 0 of 2" in again[1][1], again[1][1]
+
+    # Resumed to 8 steps from the checkpoint each run wrote at its end: every process reads the
+    # checkpoint and places its own devices' pieces, and the 2-process fit goes on exactly as
+    # the 1-process one (whose resume equals an uninterrupted run: packages/tabascal tests).
+    ((code, one),) = run_processes(
+        lambda i, c: _argv(store, tmp_path / "one", "--devices", 4, "--resume", "--steps", 8),
+        1, timeout_s=600,
+    )  # fmt: skip
+    assert code == 0, one
+    resumed = run_processes(
+        lambda i, c: _argv(store, tmp_path / "two", "--devices", 2, "--coordinator", c,
+                           "--num-processes", 2, "--process-id", i, "--resume", "--steps", 8),
+        2, timeout_s=600,
+    )  # fmt: skip
+    for code, text in resumed:
+        assert code == 0, text
+    reference = json.loads((tmp_path / "one" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert summary["steps"] == reference["steps"] == 8, (summary["steps"], reference["steps"])
+    print("resumed to 8 steps, chi2_final:", summary["chi2_final"], reference["chi2_final"])
+    assert summary["chi2_final"] == pytest.approx(reference["chi2_final"], rel=1e-9)
+    assert summary["chi2_final"] != pytest.approx(chi2_at_five, rel=1e-6)  # it did go on

@@ -208,11 +208,24 @@ def _whole_observation(source):
 
 def _place_like(state, template):
     """A checkpoint's host arrays placed as the live ``template`` is, each process building
-    only its own devices' pieces."""
+    only its own devices' pieces.
+
+    A template leaf on a single device (the optimiser's step count, made by optax outside any
+    mesh and left uncommitted) is replicated over the mesh of the others: committing it to
+    its one device would clash with the mesh in the compiled step.
+    """
+    meshes = [
+        leaf.sharding.mesh
+        for leaf in jax.tree.leaves(template)
+        if isinstance(leaf.sharding, jax.sharding.NamedSharding)
+    ]
 
     def place(value, like):
         value = np.asarray(value)
-        return jax.make_array_from_callback(value.shape, like.sharding, lambda i: value[i])
+        sharding = like.sharding
+        if meshes and not isinstance(sharding, jax.sharding.NamedSharding):
+            sharding = jax.sharding.NamedSharding(meshes[0], jax.sharding.PartitionSpec())
+        return jax.make_array_from_callback(value.shape, sharding, lambda i: value[i])
 
     return jax.tree.map(place, state, template)
 
