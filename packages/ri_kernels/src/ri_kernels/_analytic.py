@@ -26,7 +26,7 @@ from ri_kernels._blocks import (
     map_blocks,
     padded_blocks,
 )
-from ri_kernels._phase_moments import phase_moments
+from ri_kernels._phase_moments import phase_moments_by_order
 
 _FN = "analytic_eval_with_indices"
 _HIGHEST = jax.lax.Precision.HIGHEST
@@ -50,7 +50,7 @@ class _Signal(NamedTuple):
 
 
 def _coefficients(signal, tables, antenna, cell_f, cell_t):
-    """Monomial coefficients in x of each pair end: (B,) antennas -> (B, C, n_rfi, u, m)."""
+    """Monomial coefficients in x of each pair end: (B,) antennas -> (m, B, C, n_rfi, u)."""
     w_freq, start_freq, g_time, start_time = tables[:4]
     freq_rows = start_freq[cell_f][:, None] + jnp.arange(w_freq.shape[1])
     time_rows = start_time[cell_t][:, None] + jnp.arange(g_time.shape[1])
@@ -58,7 +58,7 @@ def _coefficients(signal, tables, antenna, cell_f, cell_t):
         antenna[:, None, None, None], freq_rows[None, :, :, None], time_rows[None, :, None]
     ]  # (B, C, k, l, n_rfi)
     return jnp.einsum(
-        "bcklr,cku,clm->bcrum", stencil, w_freq[cell_f], g_time[cell_t], precision=_HIGHEST
+        "bcklr,cku,clm->mbcru", stencil, w_freq[cell_f], g_time[cell_t], precision=_HIGHEST
     )
 
 
@@ -135,22 +135,25 @@ def _analytic(
     )
     n_int_f, n_coef = tables[0].shape[2], tables[2].shape[2]
     n_mom = 2 * n_coef - 1
-    hankel = np.add.outer(np.arange(n_coef), np.arange(n_coef))  # W_{j+k} as a (j, k) matrix
 
     def block(coordinates):
         rows, cell_f, cell_t = coordinates
         p, q = indices.a1[rows], indices.a2[rows]
         cubic = _phase_cubic(signal, tables, int_time / 2, p, q, cell_f, cell_t)
-        moments = phase_moments(*cubic, n_mom, **options)  # (B, C, n_rfi, n_int_f, n_mom)
-        # Named as real and imaginary parts: jax 0.10.2 fails to save a complex residual by
-        # name (its remat inserts reduce_precision, which refuses complex dtypes).
-        moments = jax.lax.complex(
-            checkpoint_name(moments.real, _MOMENTS), checkpoint_name(moments.imag, _MOMENTS)
-        )
+        # (n_mom, B, C, n_rfi, n_int_f), real and imaginary parts. Named as such: jax 0.10.2
+        # fails to save a complex residual by name (its remat inserts reduce_precision, which
+        # refuses complex dtypes).
+        re, im = phase_moments_by_order(*cubic, n_mom, **options)
+        moments = jax.lax.complex(checkpoint_name(re, _MOMENTS), checkpoint_name(im, _MOMENTS))
         coef_p = _coefficients(signal, tables, p, cell_f, cell_t)
-        coef_q = _coefficients(signal, tables, q, cell_f, cell_t)
-        weighted = jnp.einsum("...jk,...k->...j", moments[..., hankel], coef_q.conj())
-        return jnp.sum(coef_p * weighted, axis=(2, 3, 4)) / n_int_f
+        coef_q = _coefficients(signal, tables, q, cell_f, cell_t).conj()
+        # Σ_{j,k} c_p[j] conj(c_q[k]) W_{j+k}, elementwise with the moment index leading: as
+        # a batched 3 x 3 matrix product over a trailing index, XLA's CPU dots took more
+        # time than the sum itself in both directions.
+        total = sum(
+            coef_p[j] * coef_q[k] * moments[j + k] for j in range(n_coef) for k in range(n_coef)
+        )
+        return jnp.sum(total, axis=(2, 3)) / n_int_f
 
     per_pair_cell = _bytes_per_pair_cell(amp, n_int_f, n_mom, **options)
     coordinates, grid = _block_plan(n_bl, n_freq, n_time, per_pair_cell, memory_budget_bytes)
@@ -230,13 +233,19 @@ def analytic_eval_with_indices(
     tables = (w_freq, start_freq.astype("int32"), g_time, start_time.astype("int32"))
     tables += (dnu_mhz, freq_mhz)
     int_time = jnp.asarray(int_time, real)
+    if delay_us.shape[-1] < 4:
+        # No third derivative: the cubic coefficient is exactly zero, and so is every term of
+        # the residual cubic series. Skipping it leaves the moments unchanged and computes 5
+        # instead of 14 of them at the defaults.
+        options["cubic_terms"] = 0
     delay_us = _cubic_orders(delay_us)
     return _analytic(indices, amp, phase, delay_us, tables, int_time, **options)
 
 
 def _cubic_orders(delay_us):
     """delay_us with exactly the orders 0..3 the phase cubic uses: higher ones dropped, missing
-    ones zero. One compiled operator then serves every n_path."""
+    ones zero. One compiled operator then serves every n_path from 4 up, and another every
+    n_path below (without the cubic series)."""
     n_path = delay_us.shape[-1]
     if n_path >= 4:
         return delay_us[..., :4]

@@ -127,13 +127,14 @@ def expanded_moments(alpha, beta, n_max, terms):
 
     def step(_, n):
         # One moment per step, with the coefficients computed once outside: fused over a
-        # leading moment axis, XLA's CPU loops recomputed them for every moment.
-        window = jax.lax.dynamic_slice_in_dim(ell, n, 2 * terms - 1)
-        own, turned = (
-            sum(coef[k] * window[2 * k] for k in range(first, terms, 2)) for first in (0, 1)
-        )
+        # leading moment axis, XLA's CPU loops recomputed them for every moment. Each step
+        # reads the rows it needs and writes its two parts as separate outputs: a window
+        # sliced from ℓ, or the parts stacked, was copied each step and took twice as long
+        # (float32, 2^20 elements in blocks of 8192, 14 moments: 0.35 s -> 0.12 s on one core).
+        rows = [jax.lax.dynamic_index_in_dim(ell, n + 2 * k, keepdims=False) for k in range(terms)]
+        own, turned = (sum(coef[k] * rows[k] for k in range(first, terms, 2)) for first in (0, 1))
         odd = n % 2 == 1
-        return None, jnp.stack([jnp.where(odd, -turned, own), jnp.where(odd, own, turned)])
+        return None, (jnp.where(odd, -turned, own), jnp.where(odd, own, turned))
 
-    moments = jax.lax.scan(step, None, jnp.arange(n_max + 1))[1]
-    return SplitComplex(moments[:, 0], moments[:, 1])
+    re, im = jax.lax.scan(step, None, jnp.arange(n_max + 1))[1]
+    return SplitComplex(re, im)

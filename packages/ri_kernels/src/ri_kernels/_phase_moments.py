@@ -87,33 +87,61 @@ def phase_moments(
     return _moments(n_moments, segments, terms, cubic_terms, phi0, a, b, c).astype(out_dtype)
 
 
+def phase_moments_by_order(
+    phi0, a, b, c, n_moments: int, *, segments: int = 2, terms: int = 6, cubic_terms: int = 3
+):
+    """W as real and imaginary parts with the moment index first: two arrays of shape
+    (n_moments,) + S in the inputs' dtype. The same values as :func:`phase_moments`, for
+    callers that read each moment on its own; not differentiable in phi0, a, b, c (the
+    analytic operator holds them constant).
+
+    On XLA's CPU backend, writing the moments with a trailing axis of a complex array
+    interleaves them element by element: a tenth of the moments' time at the CPU benchmark.
+    """
+    _check_options(n_moments, segments, terms, cubic_terms)
+    args = [jnp.asarray(v) for v in (phi0, a, b, c)]
+    dtype = args[0].dtype
+    work = jax.dtypes.canonicalize_dtype(np.float64)
+    shape = jnp.broadcast_shapes(*(v.shape for v in args))
+    flat = (jnp.broadcast_to(v.astype(work), shape).ravel() for v in args)
+    re, im = _flat(*flat, n_moments, segments, terms, cubic_terms)
+    return re.reshape(n_moments, *shape).astype(dtype), im.reshape(n_moments, *shape).astype(dtype)
+
+
 @partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2, 3))
 def _moments(n_moments, segments, terms, cubic_terms, phi0, a, b, c):
-    return _flat(phi0, a, b, c, n_moments, segments, terms, cubic_terms)
+    return _trailing(phi0, a, b, c, n_moments, segments, terms, cubic_terms)
+
+
+def _trailing(phi0, a, b, c, n_moments, segments, terms, cubic_terms):
+    """W as one complex array of shape S + (n_moments,)."""
+    shape = phi0.shape
+    cubics = (v.ravel() for v in (phi0, a, b, c))
+    re, im = _flat(*cubics, n_moments, segments, terms, cubic_terms)
+    return jax.lax.complex(re, im).T.reshape((*shape, n_moments))
 
 
 @_moments.defjvp
 def _moments_jvp(n_moments, segments, terms, cubic_terms, primals, tangents):
     # ∂W_m/∂φ0 = i W_m, ∂W_m/∂a = i W_{m+1}, ∂W_m/∂b = i W_{m+2}, ∂W_m/∂c = i W_{m+3}: the
     # derivatives are three more moments, not a trip back through the recurrences.
-    extended = _flat(*primals, n_moments + 3, segments, terms, cubic_terms)
+    extended = _trailing(*primals, n_moments + 3, segments, terms, cubic_terms)
     value = extended[..., :n_moments]
     slope = sum(extended[..., k : k + n_moments] * t[..., None] for k, t in enumerate(tangents))
     return value, 1j * slope
 
 
 def _flat(phi0, a, b, c, n_moments, segments, terms, cubic_terms):
-    """W over the flattened elements: the expansion everywhere, then the curved pieces."""
-    shape = phi0.shape
-    cubics = tuple(v.ravel() for v in (phi0, a, b, c))
+    """W over 1-D elements as (real, imaginary) parts, each (n_moments, size): the expansion
+    everywhere, then the curved pieces."""
+    cubics = (phi0, a, b, c)
     options = (n_moments, segments, terms, cubic_terms)
     if phi0.size <= _CHUNK:
         # One chunk: both methods on every element, one program to compile instead of two.
         w, _ = _evaluate(*cubics, *options, with_curved=True)
-    else:
-        w, curved = _in_blocks(cubics, options)
-        w = _patch_curved(w, curved, cubics, options)
-    return w.reshape((*shape, n_moments))
+        return w
+    w, curved = _in_blocks(cubics, options)
+    return _patch_curved(w, curved, cubics, options)
 
 
 def _in_blocks(cubics, options):
@@ -126,7 +154,9 @@ def _in_blocks(cubics, options):
     pad = -size % _CPU_BLOCK
     blocks = tuple(jnp.pad(v, (0, pad)).reshape(-1, _CPU_BLOCK) for v in cubics)
     w, curved = jax.lax.map(lambda v: _evaluate(*v, *options, with_curved=False), blocks)
-    return w.reshape(-1, options[0])[:size], curved.reshape(-1)[:size]
+    # (n_blocks, n_moments, block) -> (n_moments, size): a copy of whole blocks.
+    w = tuple(v.transpose(1, 0, 2).reshape(options[0], -1)[:, :size] for v in w)
+    return w, curved.reshape(-1)[:size]
 
 
 def _patch_curved(w, curved, cubics, options):
@@ -136,7 +166,7 @@ def _patch_curved(w, curved, cubics, options):
     so the loop runs as many chunks as there are flagged elements, and none when there are
     none. Unused slots of the last chunk repeat element 0 and are dropped on writing back.
     """
-    size = w.shape[0]
+    size = curved.shape[0]
     n_chunks = -(-size // _CHUNK)
     (ids,) = jnp.nonzero(curved, size=n_chunks * _CHUNK, fill_value=size)
     count = jnp.sum(curved, dtype=jnp.int32)
@@ -145,19 +175,22 @@ def _patch_curved(w, curved, cubics, options):
         rows = jax.lax.dynamic_slice(ids, (i * _CHUNK,), (_CHUNK,))
         inputs = (v[jnp.minimum(rows, size - 1)] for v in cubics)
         w_rows, _ = _evaluate(*inputs, *options, with_curved=True)
-        return w.at[rows].set(w_rows, mode="drop")
+        return tuple(
+            v.at[:, rows].set(v_rows, mode="drop") for v, v_rows in zip(w, w_rows, strict=True)
+        )
 
     return jax.lax.fori_loop(0, (count + _CHUNK - 1) // _CHUNK, chunk, w)
 
 
 def _evaluate(phi0, a, b, c, n_moments, segments, terms, cubic_terms, *, with_curved):
-    """W for 1-D float arrays of one length S in the working dtype: complex (S, n_moments),
-    and (S,) flags of the elements with a piece at or above the expansion's switch. Without
-    ``with_curved`` those elements' W are wrong (but finite).
+    """W for 1-D float arrays of one length S in the working dtype: real and imaginary parts,
+    each (n_moments, S), and (S,) flags of the elements with a piece at or above the
+    expansion's switch. Without ``with_curved`` those elements' W are wrong (but finite).
 
     The moment index stays the leading axis until the end: the sums over it (cubic series,
     translation) are then elementwise over the elements, which XLA's CPU loops vectorise
-    (as a matrix product over a trailing moment axis they ran twice as slow).
+    (as a matrix product over a trailing moment axis they ran twice as slow), and the
+    translation back to x is a matrix product over it.
     """
     rho = 1.0 / segments
     centres = -1.0 + rho * (2 * np.arange(segments) + 1)
@@ -190,16 +223,16 @@ def _evaluate(phi0, a, b, c, n_moments, segments, terms, cubic_terms, *, with_cu
         )
         series = series + (residual * power).times_i_power(k)
     rotated = series * SplitComplex(*turn_phasor(phase * (1 / (2 * math.pi))))
-    # W_m = Σ_(j, i) table[m, j, i] rotated[j, i], written out: the table is small and
-    # triangular.
-    table = _translation_table(centres, n_moments)
-    moments = [
-        sum(rotated[j, i] * float(table[m, j, i]) for j in range(m + 1) for i in range(segments))
-        for m in range(n_moments)
-    ]
-    re = jnp.stack([w.re for w in moments], axis=-1)
-    im = jnp.stack([w.im for w in moments], axis=-1)
-    return jax.lax.complex(re, im), jnp.any(large, axis=0)
+    # W_m = Σ_(j, i) table[m, j, i] rotated[j, i]: one matrix product, whose result is
+    # written once (sums written out per moment were each a fusion of their own, and the
+    # moments were then interleaved element by element).
+    table = _translation_table(centres, n_moments).reshape(n_moments, -1).astype(alpha.dtype)
+
+    def translate(part):
+        flat = part.reshape(n_moments * segments, -1)
+        return jnp.dot(table, flat, precision=jax.lax.Precision.HIGHEST)
+
+    return (translate(rotated.re), translate(rotated.im)), jnp.any(large, axis=0)
 
 
 def _translation_table(centres, n_moments):
