@@ -24,7 +24,8 @@ class BaselineIndices:
 
     - ``a1``, ``a2``: (n_bl,) antenna ids of each baseline, in the caller's order.
     - ``ant``: (n_u,) the antennas the list touches, ascending; unused tail slots repeat the
-      first antenna (harmless work, never read back).
+      first antenna (harmless work, never read back). When ``n_u = n_ant`` it is every antenna
+      in order (``arange(n_ant)``), and the operators read the signal without gathering it.
     - ``row``: (n_r,) positions in ``ant`` of the distinct ``a1`` antennas (Gram rows).
     - ``col``: (n_c,) positions in ``ant`` of the distinct ``a2`` antennas (Gram columns).
     - ``bl_row``, ``bl_col``: (n_bl,) positions of ``a1[b]`` in ``row`` and ``a2[b]`` in ``col``.
@@ -136,6 +137,10 @@ def _distinct(a1: np.ndarray, a2: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
 
 def _build(n_ant: int, a1: np.ndarray, a2: np.ndarray, sizes: tuple[int, int, int]):
     ant, rows, cols = _distinct(a1, a2)
+    if sizes[0] == n_ant:
+        # Room for every antenna: take them all, in order, so that the operators can use the
+        # signal arrays as they are instead of gathering a copy for each list.
+        ant = np.arange(n_ant)
     bl_row = np.searchsorted(rows, a1)
     bl_col = np.searchsorted(cols, a2)
     n_u, n_r, n_c = sizes

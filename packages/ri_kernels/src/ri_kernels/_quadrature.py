@@ -180,10 +180,12 @@ def _quadrature(indices, amp, phase, delay_us, tables, memory_budget_bytes):
     tables = jax.lax.stop_gradient(tables)
     n_int_f, n_int_t = tables[4].shape[0], tables[5].shape[0]
     per_cell = _bytes_per_cell(amp, indices, n_int_f, n_int_t)
-    # The touched antennas' signal, cell axes first so that blocks gather whole rows.
-    ant = indices.ant
-    amp, phase = (x[ant].transpose(2, 3, 1, 0) for x in (amp, phase))  # (F, T, n_rfi, n_u)
-    delay_us = delay_us[ant].transpose(2, 1, 3, 0)  # (T, n_rfi, n_path, n_u)
+    # The touched antennas' signal, cell axes first so that blocks gather whole rows. A set
+    # with room for every antenna lists them all in order (make_indices): no gather needed.
+    if indices.ant.shape[0] != amp.shape[0]:
+        amp, phase, delay_us = (x[indices.ant] for x in (amp, phase, delay_us))
+    amp, phase = (x.transpose(2, 3, 1, 0) for x in (amp, phase))  # (F, T, n_rfi, n_u)
+    delay_us = delay_us.transpose(2, 1, 3, 0)  # (T, n_rfi, n_path, n_u)
     read = _gram_reader(indices)
 
     def block(coordinates):
