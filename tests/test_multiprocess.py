@@ -77,6 +77,15 @@ def _argv(store, out, *extra):
             "--shard-axis", "baseline", *extra]  # fmt: skip
 
 
+def _two_processes(store, out, *extra, timeout_s=600):
+    """A run over 2 processes of 2 devices each into ``out``: [(exit code, output)] each."""
+    return run_processes(
+        lambda i, c: _argv(store, out, "--devices", 2, "--coordinator", c, "--num-processes", 2,
+                           "--process-id", i, *extra),
+        2, timeout_s=timeout_s,
+    )  # fmt: skip
+
+
 def _rows_read(text: str) -> set[int]:
     return {r for a, b in READ.findall(text) for r in range(int(a), int(b))}
 
@@ -87,11 +96,7 @@ def test_two_processes_fit_as_one_process_on_four_devices(store, tmp_path):
         lambda i, c: _argv(store, tmp_path / "one", "--devices", 4), 1, timeout_s=600
     )
     assert code == 0, one
-    two = run_processes(
-        lambda i, c: _argv(store, tmp_path / "two", "--devices", 2, "--coordinator", c,
-                           "--num-processes", 2, "--process-id", i),
-        2, timeout_s=600,
-    )  # fmt: skip
+    two = _two_processes(store, tmp_path / "two")
     for code, text in two:
         assert code == 0, text
     reference = json.loads((tmp_path / "one" / "summary.json").read_text())
@@ -119,11 +124,7 @@ def test_two_processes_fit_as_one_process_on_four_devices(store, tmp_path):
     assert (tmp_path / "two" / "baselines.png").is_file()
 
     # A second run into the same folder fails in process 0 (not empty); process 1 stops too.
-    again = run_processes(
-        lambda i, c: _argv(store, tmp_path / "two", "--devices", 2, "--coordinator", c,
-                           "--num-processes", 2, "--process-id", i),
-        2, timeout_s=300,
-    )  # fmt: skip
+    again = _two_processes(store, tmp_path / "two", timeout_s=300)
     assert again[0][0] == 2 and "is not empty; pass --overwrite" in again[0][1], again[0][1]
     assert again[1][0] == 2, again[1][1]
     assert "preparing the output folder failed in process 0 of 2" in again[1][1], again[1][1]
@@ -136,11 +137,7 @@ def test_two_processes_fit_as_one_process_on_four_devices(store, tmp_path):
         1, timeout_s=600,
     )  # fmt: skip
     assert code == 0, one
-    resumed = run_processes(
-        lambda i, c: _argv(store, tmp_path / "two", "--devices", 2, "--coordinator", c,
-                           "--num-processes", 2, "--process-id", i, "--resume", "--steps", 8),
-        2, timeout_s=600,
-    )  # fmt: skip
+    resumed = _two_processes(store, tmp_path / "two", "--resume", "--steps", 8)
     for code, text in resumed:
         assert code == 0, text
     reference = json.loads((tmp_path / "one" / "summary.json").read_text())
