@@ -118,25 +118,28 @@ def curved_moments(alpha, beta, n_max, terms):
         keep = (n > n_star) | stationary
         u = select(keep, zero, inv_e.times_i() * n)
         v = select(keep, d, (r_n - v_next * (2 * b_el)) * inv_e)
-        # One stacked output per step: XLA's CPU loops wrote four separate ones 5x slower.
-        return (d_prev, d, u, v), jnp.stack([u.re, u.im, v.re, v.im])
+        # Four separate outputs per step: stacked, XLA's CPU loop wrote them through a
+        # concatenation (float64, 10^5 elements through the curved path: 0.52-0.56 s ->
+        # 0.50-0.51 s, interleaved runs).
+        return (d_prev, d, u, v), (u.re, u.im, v.re, v.im)
 
     def up(carry, xs):
         m_prev, m = carry
         n, uv = xs
-        u_n, v_n = SplitComplex(uv[0], uv[1]), SplitComplex(uv[2], uv[3])
+        u_n, v_n = SplitComplex(*uv[:2]), SplitComplex(*uv[2:])
         rising = (r(n - 1) + m_prev.times_i() * (n - 1) - m * a_up) * inv_2b
         m_next = select(stationary & (n <= n_star), rising, u_n * m + v_n)
-        return (m, m_next), jnp.stack([m_next.re, m_next.im])
+        return (m, m_next), (m_next.re, m_next.im)
 
     def steps(first, last):
         return jnp.arange(first, last, -1 if first > last else 1, dtype=alpha.dtype)
 
     _, uv = jax.lax.scan(down, (zero,) * 4, steps(n_top, 0))
-    _, rest = jax.lax.scan(up, (zero, seed), (steps(1, n_run + 1), uv[: n_top - n_run - 1 : -1]))
+    uv = tuple(part[: n_top - n_run - 1 : -1] for part in uv)
+    _, rest = jax.lax.scan(up, (zero, seed), (steps(1, n_run + 1), uv))
     return SplitComplex(
-        jnp.concatenate([seed.re[None], rest[:n_max, 0]]),
-        jnp.concatenate([seed.im[None], rest[:n_max, 1]]),
+        jnp.concatenate([seed.re[None], rest[0][:n_max]]),
+        jnp.concatenate([seed.im[None], rest[1][:n_max]]),
     )
 
 
