@@ -54,6 +54,31 @@ def test_blocking_by_a_small_budget_does_not_change_the_result():
     np.testing.assert_allclose(tiny, whole, rtol=0, atol=1e-13 * np.abs(whole).max())
 
 
+def test_a_short_list_gives_the_same_value_and_gradient_gathered_up_front_or_per_block():
+    # 3 baselines touching 4 of 8 antennas: 6 slots for the touched antennas, fewer than 8, so
+    # the signal is gathered: once up front when the copy fits the budget, per block when not.
+    args = quadrature_args(make_scene(6, n_ant=8, n_time=6))
+    idx = make_indices(8, [1, 5, 2], [6, 2, 1])
+    assert idx.ant.shape == (6,)
+
+    def loss(amp, phase, delay, budget):
+        vis = quadrature_eval_with_indices(
+            idx, amp, phase, delay, *args[3:], memory_budget_bytes=budget
+        )
+        return jnp.sum(jnp.abs(vis) ** 2), vis
+
+    grad = jax.grad(loss, argnums=(0, 1, 2), has_aux=True)
+    (up_front, vis_up_front), (per_block, vis_per_block) = (
+        grad(*args[:3], budget) for budget in (1 << 28, 1)
+    )
+    scale = np.abs(vis_up_front).max()
+    np.testing.assert_allclose(vis_per_block, vis_up_front, rtol=0, atol=1e-13 * scale)
+    for mine, want in zip(per_block, up_front, strict=True):
+        np.testing.assert_allclose(mine, want, rtol=0, atol=1e-12 * np.abs(want).max())
+    reference = quadrature_reference(np.array([1, 5, 2]), np.array([6, 2, 1]), *args)
+    assert _relative_error(vis_per_block, reference) < 1e-12
+
+
 def _avals(jaxpr):
     """Every variable's abstract value in a jaxpr and all its sub-jaxprs."""
     for eqn in jaxpr.eqns:

@@ -73,12 +73,13 @@ def _delay_offset(delay, dt):
     return horner * dt
 
 
-def _fine_signal(cell_f, cell_t, amp, phase, delay_us, tables):
+def _fine_signal(cell_f, cell_t, amp, phase, delay_us, tables, ant):
     """Fine-sampled signal of each cell in a block, antenna axis last.
 
     cell_f, cell_t: (C,) channel and time of each cell. amp, phase: (n_freq, n_time, n_rfi,
-    n_u); delay_us: (n_time, n_rfi, n_path, n_u). Returns X: (C, n_rfi * n_int_f * n_int_t,
-    n_u) complex.
+    n_a); delay_us: (n_time, n_rfi, n_path, n_a); ant: (n_u,) the antennas to take of the n_a,
+    or None for all of them (n_u = n_a). Returns X: (C, n_rfi * n_int_f * n_int_t, n_u)
+    complex.
 
     The antenna axis is last because XLA fuses this elementwise work into the Gram matmul's
     operands: with antennas innermost every operand is contiguous there and the loop
@@ -89,7 +90,11 @@ def _fine_signal(cell_f, cell_t, amp, phase, delay_us, tables):
     n_sf, n_st = w_freq.shape[1], w_time.shape[1]
     freq_rows = start_freq[cell_f][:, None] + jnp.arange(n_sf)
     time_rows = start_time[cell_t][:, None] + jnp.arange(n_st)
-    stencil = amp[freq_rows[:, :, None], time_rows[:, None, :]]  # (C, k, l, n_rfi, n_u)
+
+    def touched(x):  # the touched antennas of the block's cells
+        return x if ant is None else x[..., ant]
+
+    stencil = touched(amp[freq_rows[:, :, None], time_rows[:, None, :]])  # (C, k, l, n_rfi, n_u)
     weights = w_freq[cell_f][:, :, None, :, None] * w_time[cell_t][:, None, :, None, :]
     # A sum of a few broadcast products, which XLA fuses with the phase below; as an einsum
     # it was a complex matmul with a contraction of 3, twice slower.
@@ -98,8 +103,8 @@ def _fine_signal(cell_f, cell_t, amp, phase, delay_us, tables):
         for k in range(n_sf)
         for l in range(n_st)
     )  # (C, n_rfi, n_int_f, n_int_t, n_u)
-    centre_phase = phase[cell_f, cell_t][:, :, None, None, :]  # (C, n_rfi, 1, 1, n_u)
-    delay = delay_us[cell_t]  # (C, n_rfi, n_path, n_u)
+    centre_phase = touched(phase[cell_f, cell_t])[:, :, None, None, :]  # (C, n_rfi, 1, 1, n_u)
+    delay = touched(delay_us[cell_t])  # (C, n_rfi, n_path, n_u)
     offset = _delay_offset(delay, dt)[:, :, None]  # (C, n_rfi, 1, n_int_t, n_u)
     # freq * offset + dnu * (offset + delay_0) equals (freq + dnu) * offset + dnu * delay_0
     # without rounding freq + dnu, which costs ~1e-4 MHz in float32 at 1 GHz.
@@ -180,16 +185,25 @@ def _quadrature(indices, amp, phase, delay_us, tables, memory_budget_bytes):
     tables = jax.lax.stop_gradient(tables)
     n_int_f, n_int_t = tables[4].shape[0], tables[5].shape[0]
     per_cell = _bytes_per_cell(amp, indices, n_int_f, n_int_t)
-    # The touched antennas' signal, cell axes first so that blocks gather whole rows. A set
-    # with room for every antenna lists them all in order (make_indices): no gather needed.
-    if indices.ant.shape[0] != amp.shape[0]:
-        amp, phase, delay_us = (x[indices.ant] for x in (amp, phase, delay_us))
-    amp, phase = (x.transpose(2, 3, 1, 0) for x in (amp, phase))  # (F, T, n_rfi, n_u)
-    delay_us = delay_us.transpose(2, 1, 3, 0)  # (T, n_rfi, n_path, n_u)
+    # The signal with its cell axes first, so that blocks gather whole rows. A set with room
+    # for every antenna lists them all in order (make_indices): nothing to gather. Otherwise
+    # the touched antennas are gathered once, up front, which is fastest; but where that copy
+    # would exceed the memory budget (many antennas and cells, as on a device's share of a
+    # large array), each block gathers the touched antennas of its own cells instead: the
+    # transposes are then the same for every call on the same signal (several baseline
+    # groups), and XLA keeps one copy of them for all.
+    ant = None if indices.ant.shape[0] == amp.shape[0] else indices.ant
+    n_u = indices.ant.shape[0]
+    copy_bytes = sum(x.size * x.dtype.itemsize for x in (amp, phase, delay_us))
+    if ant is not None and copy_bytes * n_u <= memory_budget_bytes * amp.shape[0]:
+        amp, phase, delay_us = (x[ant] for x in (amp, phase, delay_us))
+        ant = None
+    amp, phase = (x.transpose(2, 3, 1, 0) for x in (amp, phase))  # (F, T, n_rfi, n_ant | n_u)
+    delay_us = delay_us.transpose(2, 1, 3, 0)  # (T, n_rfi, n_path, n_ant | n_u)
     read = _gram_reader(indices)
 
     def block(coordinates):
-        return read(_fine_signal(*coordinates, amp, phase, delay_us, tables)).T
+        return read(_fine_signal(*coordinates, amp, phase, delay_us, tables, ant)).T
 
     size, n_blocks = block_size(n_freq * n_time, per_cell, memory_budget_bytes)
     cells = padded_blocks(n_freq * n_time, size, n_blocks)
