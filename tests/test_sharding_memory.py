@@ -27,6 +27,7 @@ from functools import partial
 import jax
 import numpy as np
 import pytest
+from conftest import require_devices
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -43,10 +44,7 @@ CONFIG = {"rfi": {"max_samples": 1, "max_groups": 1, "memory_budget_mb": 0.1}, "
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    assert jax.device_count() >= N_DEVICES, (
-        f"these tests need {N_DEVICES} devices but {jax.device_count()} are visible; set "
-        f"XLA_FLAGS=--xla_force_host_platform_device_count={N_DEVICES} before jax is imported"
-    )
+    require_devices(N_DEVICES)
     path = tmp_path_factory.mktemp("sharding_memory") / "obs.zarr"
     overrides = {"array": {"n_stations": 48}, "observation": {"n_time": 30, "n_freq": 2}}
     simulate(simulation_config("demo", overrides), path)

@@ -4,24 +4,19 @@ arrays, on 4 virtual CPU devices; no program is compiled here."""
 import jax
 import numpy as np
 import pytest
+from conftest import require_devices
 
 from tabascal import fit, run_config, stages
 from tabascal.model import joint
-from tabascal.simulate import simulate, simulation_config
 from tabascal.store import read_observation
 
 N_DEVICES = 4
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    assert jax.device_count() >= N_DEVICES, (
-        f"these tests need {N_DEVICES} devices but {jax.device_count()} are visible; set "
-        f"XLA_FLAGS=--xla_force_host_platform_device_count={N_DEVICES} before jax is imported"
-    )
-    path = tmp_path_factory.mktemp("stages") / "obs.zarr"
-    overrides = {"array": {"n_stations": 8}, "observation": {"n_time": 30, "n_freq": 2}}
-    simulate(simulation_config("demo", overrides), path)
+def models(small_store):
+    require_devices(N_DEVICES)
+    path = small_store
     obs = read_observation(path)
     config = run_config.model_config(run_config.load(None))
     model = joint.build(obs, config)
