@@ -265,9 +265,13 @@ def run(
             f"the antenna-reuse plan needs the baseline axis, not {shard_axis!r}; pass "
             "--shard-axis baseline or drop --reuse-plan"
         )
-    if config["precision"] == "double" and not jax.config.jax_enable_x64:
-        # Without jax's 64-bit mode every float64 array would silently become float32.
-        jax.config.update("jax_enable_x64", True)
+    # Without jax's 64-bit mode every float64 array would silently become float32; the mode is
+    # scoped to this call, so that the caller's precision is as it was afterwards.
+    with jax.enable_x64(config["precision"] == "double" or jax.config.jax_enable_x64):
+        return _run(obs, out_dir, config, resume, overwrite, shard_axis, reuse_plan, progress)
+
+
+def _run(obs, out_dir, config, resume, overwrite, shard_axis, reuse_plan, progress) -> dict:
     source = obs if hasattr(obs, "read") else store_sharding.MemoryRows(obs)
     init, seed = config["fit"]["init"], config["fit"]["seed"]
     by_block = shard_axis == "baseline" and init != "truth"
