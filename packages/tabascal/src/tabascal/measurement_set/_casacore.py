@@ -26,10 +26,20 @@ def tables():
     return module
 
 
+_leap_seconds_checked = False
+
+
 def measures():
-    """A new ``casacore.measures`` converter."""
+    """A new ``casacore.measures`` converter, with a current leap-second table where
+    casacore's own is out of date (``_leap_seconds``)."""
+    global _leap_seconds_checked
     try:
         from casacore.measures import measures as make
     except ImportError as err:
         raise _missing(err) from None
+    if not _leap_seconds_checked:
+        _leap_seconds_checked = True
+        from tabascal.measurement_set._leap_seconds import use_current_leap_seconds
+
+        use_current_leap_seconds()
     return make()
