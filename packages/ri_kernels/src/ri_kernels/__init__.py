@@ -13,7 +13,13 @@ from ri_kernels._blocks import DEFAULT_MEMORY_BUDGET_BYTES
 from ri_kernels._indices import BaselineIndices, make_index_sets, make_indices, stack_indices
 from ri_kernels._operators import RFIAnalyticVisOp, RFIInterpVisOp
 from ri_kernels._quadrature import quadrature_eval_with_indices
-from ri_kernels._tables import fine_offsets, lagrange_stencils, monomial_stencils, stencil_starts
+from ri_kernels._tables import (
+    fine_offsets,
+    gauss_legendre_offsets,
+    lagrange_stencils,
+    monomial_stencils,
+    stencil_starts,
+)
 
 __version__ = "0.1.0"
 
@@ -25,6 +31,7 @@ __all__ = [
     "__version__",
     "analytic_eval_with_indices",
     "fine_offsets",
+    "gauss_legendre_offsets",
     "lagrange_stencils",
     "make_index_sets",
     "make_indices",

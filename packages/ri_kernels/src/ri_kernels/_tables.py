@@ -1,4 +1,5 @@
-"""Table builders: fine-sample offsets, Lagrange stencils and monomial coefficient tables.
+"""Table builders: fine-sample offsets (midpoint and Gauss-Legendre), Lagrange stencils and
+monomial coefficient tables.
 
 The operators treat these tables as data: any linear interpolant with stencils that lie inside
 their axis and contain their own cell may be passed instead.
@@ -40,6 +41,38 @@ def fine_offsets(width: float, n_int: int, dtype=np.float64) -> np.ndarray:
     if not np.isfinite(width) or width <= 0:
         raise ValueError(f"fine_offsets: width must be positive and finite; got {width!r}")
     return (width * ((np.arange(n_int) + 0.5) / n_int - 0.5)).astype(dtype)
+
+
+def gauss_legendre_offsets(width: float, n_int: int, dtype=np.float64):
+    """Gauss-Legendre fine-sample offsets from a cell centre, with the scale of each sample.
+
+    The operators average their fine samples with equal weights,
+    ``(1 / n_int) sum_u S_p(u) conj(S_q(u))``. Multiplying the interpolation weights of sample
+    ``u`` (the last axis of ``lagrange_stencils``' table) by ``scale[u] = sqrt(n_int w_u)``,
+    with ``w_u`` the Gauss-Legendre weights summing to 1, makes that mean the ``n_int``-point
+    Gauss-Legendre rule, since the product is bilinear in the signal and every ``w_u > 0``.
+    The rule is exact for polynomials of degree ``2 n_int - 1``; averaging a fringe
+    ``exp(i w y)`` over ``y`` in [-1, 1] its error is at most
+    ``2^(2n) (n!)^4 / ((2n + 1) ((2n)!)^3) w^(2n)`` (Abramowitz & Stegun 25.4.30), which falls
+    faster than any power of n once ``n > w / 2``: a channel a LEO satellite's fringe crosses
+    once needs five samples where the midpoint rule needs hundreds (see ``fine_offsets``).
+
+    Args:
+        width: cell width: channel width in MHz (giving ``dnu_mhz``) or integration time in s
+            (giving ``dt``).
+        n_int: number of fine samples per cell, >= 1 (n_int = 1 is the midpoint).
+
+    Returns:
+        ``(offsets, scale)``: (n_int,) offsets in ``(-width / 2, width / 2)`` in the units of
+        ``width``, increasing, and (n_int,) positive scales of each sample's weights.
+    """
+    n_int = _count("gauss_legendre_offsets: n_int", n_int, 1)
+    if not np.isfinite(width) or width <= 0:
+        raise ValueError(
+            f"gauss_legendre_offsets: width must be positive and finite; got {width!r}"
+        )
+    nodes, weights = np.polynomial.legendre.leggauss(n_int)  # on [-1, 1], weights sum to 2
+    return (width * nodes / 2).astype(dtype), np.sqrt(n_int * weights / 2).astype(dtype)
 
 
 def stencil_starts(n_cells: int, n_stencil: int) -> np.ndarray:
