@@ -28,7 +28,7 @@ def test_required_samples_bound_the_midpoint_error_of_a_fringe():
     snr, tol = 200.0, 0.1
     cycles = np.array([0.0, 0.05, 0.3, 1.5, 2.7, 9.5])  # away from whole cycles, where the
     # error vanishes by symmetry and no bound can be tight
-    n = rfi_vis.required_samples(cycles, snr, tol, max_samples=1024)
+    n = rfi_vis.required_samples(cycles, snr, tol, max_samples=1024, sampling="midpoint")
     for w, k in zip(cycles, n, strict=True):
         x = (np.arange(k) + 0.5) / k - 0.5
         error = abs(np.mean(np.exp(2j * np.pi * w * x)) - np.sinc(w))
@@ -40,13 +40,34 @@ def test_required_samples_bound_the_midpoint_error_of_a_fringe():
             assert coarser * snr > tol / 16, (w, k, coarser)
 
 
+def test_required_gauss_samples_bound_the_error_of_a_fringe():
+    # Direct evaluation: the n-node Gauss-Legendre rule against the exact mean of
+    # exp(2 pi i w x) over x in [-1/2, 1/2], at the node count chosen and at one fewer.
+    snr, tol = 1e5, 0.1
+    cycles = np.array([0.0, 0.05, 0.3, 1.5, 2.7, 9.5])
+    n = rfi_vis.required_samples(cycles, snr, tol, max_samples=1024, sampling="gauss")
+    np.testing.assert_array_equal(n, [1, 3, 4, 8, 11, 26])
+    midpoint = rfi_vis.required_samples(cycles, snr, tol, max_samples=1024, sampling="midpoint")
+    np.testing.assert_array_equal(midpoint, [1, 128, 512, 1024, 1024, 1024])
+    for w, k in zip(cycles, n, strict=True):
+        nodes, weights = np.polynomial.legendre.leggauss(k)
+        error = abs(np.sum(weights / 2 * np.exp(1j * np.pi * w * nodes)) - np.sinc(w))
+        assert error * snr <= tol, (w, k, error)
+        if k > 1 and w < 3:
+            nodes, weights = np.polynomial.legendre.leggauss(k - 1)
+            fewer = abs(np.sum(weights / 2 * np.exp(1j * np.pi * w * nodes)) - np.sinc(w))
+            # The bound is tight to a factor of 3 up to 2.7 cycles (ri_kernels' tests), so one
+            # node fewer would not have done, or nearly so.
+            assert fewer * snr > tol / 10, (w, k, fewer)
+
+
 def test_small_groups_merge_upwards_to_the_group_limit():
     time_cycles = np.array([0.0] * 10 + [0.4] * 2 + [1.5] * 10 + [6.0] * 10 + [40.0] * 3)
     config = rfi_vis.RfiVisConfig(quadrature_limit=16, max_groups=3, tolerance=0.1)
     labels, specs = rfi_vis.plan_groups(time_cycles, np.zeros_like(time_cycles), 100.0, config)
     assert len(specs) == 3
     assert specs[-1].operator == "analytic"
-    needed = rfi_vis.required_samples(time_cycles, 100.0, 0.1, 256)
+    needed = rfi_vis.required_samples(time_cycles, 100.0, 0.1, 256, config.sampling)
     for label, need in zip(labels, needed, strict=True):
         spec = specs[label]
         # Every baseline gets at least the sampling it needs (analytic integrates time exactly).

@@ -47,13 +47,17 @@ _RFI = Section(
             "Jy^0.5", min=0.0, nullable=True,
         ),
         "quadrature_limit": Option(
-            int, 64, "groups needing at most this many time samples per integration use "
+            int, 32, "groups needing at most this many time samples per integration use "
             "quadrature, the rest the analytic operator (0 = all analytic)", min=0, max=4096,
         ),
         "tolerance": Option(
             float, 0.1, "largest averaging error allowed, as a fraction of the noise", min=1e-6
         ),
         "max_samples": Option(int, 256, "most fine samples per cell", min=1, max=4096),
+        "sampling": Option(
+            str, "gauss", "fine samples across a cell: Gauss-Legendre nodes, or the midpoint "
+            "rule (powers of two)", choices=rfi_vis.SAMPLINGS,
+        ),
         "max_groups": Option(int, 4, "most baseline groups (compiled operator calls)", min=1),
         "time_stencil": Option(int, 3, "Lagrange points per time stencil", min=1, max=9),
         "freq_stencil": Option(int, 1, "Lagrange points per frequency stencil", min=1, max=9),
@@ -161,7 +165,7 @@ def model_config(config: dict) -> joint.ModelConfig:
             max_samples=r["max_samples"], time_stencil=r["time_stencil"],
             freq_stencil=r["freq_stencil"], segments=r["segments"], terms=r["terms"],
             cubic_terms=r["cubic_terms"], max_groups=r["max_groups"],
-            memory_budget_mb=r["memory_budget_mb"],
+            memory_budget_mb=r["memory_budget_mb"], sampling=r["sampling"],
         ),
         gains=gains.GainsConfig(
             kind=g["kind"], corr_time_s=g["corr_time_s"], amp_sigma=g["amp_sigma"],

@@ -1,19 +1,26 @@
 """RFI visibilities of every baseline, with baselines grouped by the fine sampling they need.
 
-A baseline whose RFI fringe winds through ``w`` cycles across an integration needs more fine
-samples than a short one whose fringe barely turns. The midpoint rule with ``n`` samples
-averages ``exp(2 pi i w x)`` over a cell with error
-``|sin(pi w) (1 / (n sin(pi w / n)) - 1 / (pi w))| <= min(pi^2 w^2, pi w) / (6 n^2)`` for
-``n > w``, relative to the signal's ``|A|^2``. Each baseline gets the smallest power of two
-that holds this error below ``tolerance`` times the noise for the RFI signal-to-noise of the
-data, separately in time and in frequency. Baselines needing the same sampling form a group;
-groups needing at most ``quadrature_limit`` time samples use the quadrature operator, the rest
-the analytic operator, which integrates time in closed form (the "hybrid"). Each group calls
-its ri_kernels seam with its own index arrays and writes its rows of the output.
+A baseline whose RFI fringe winds through ``c`` cycles across a cell (an integration, or a
+channel) needs more fine samples than a short one whose fringe barely turns. Fine samples are
+Gauss-Legendre nodes by default (``sampling: gauss``; ``ri_kernels.gauss_legendre_offsets``):
+averaging ``exp(i w y)``, ``w = pi c``, over the cell with ``n`` nodes errs by at most
+``2^(2n) (n!)^4 / ((2n + 1) ((2n)!)^3) w^(2n)`` relative to the signal's ``|A|^2``
+(Abramowitz & Stegun 25.4.30), which falls faster than any power of ``n`` once ``n > w / 2``.
+The midpoint rule (``sampling: midpoint``) errs by at most
+``|sin(pi c) (1 / (n sin(pi c / n)) - 1 / (pi c))| <= min(pi^2 c^2, pi c) / (6 n^2)`` for
+``n > c`` and takes powers of two. Either way each baseline gets the fewest samples that hold
+the error below ``tolerance`` times the noise for the RFI signal-to-noise of the data,
+separately in time and in frequency: a LEO satellite at 10^5 times the noise that crosses a
+channel with 1.6 cycles of fringe needs 8 Gauss nodes there against the midpoint rule's
+cap of 256. Baselines needing the same time sampling form a group; groups needing at most
+``quadrature_limit`` time samples use the quadrature operator, the rest the analytic operator,
+which integrates time in closed form (the "hybrid"). Each group calls its ri_kernels seam with
+its own index arrays and writes its rows of the output.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -24,6 +31,7 @@ import numpy as np
 import ri_kernels
 
 OPERATORS = ("quadrature", "analytic")
+SAMPLINGS = ("gauss", "midpoint")
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,7 @@ class RfiVisConfig:
       quadrature operator; the rest the analytic one. 0 makes every group analytic.
     tolerance: largest time- or frequency-averaging error allowed, as a fraction of the noise.
     max_samples: cap on fine samples per cell (time and frequency).
+    sampling: fine-sample rule, "gauss" (Gauss-Legendre nodes) or "midpoint".
     time_stencil: Lagrange points per time stencil (quadrature) and coefficients (analytic).
     freq_stencil: Lagrange points per frequency stencil.
     segments, terms, cubic_terms: options of the analytic operator (see ri_kernels).
@@ -43,7 +52,10 @@ class RfiVisConfig:
       takes its share, this divided by the number of devices (``sharding.plan_layout``).
     """
 
-    quadrature_limit: int = 16
+    # Measured (benchmarks/leo_step.py, Gauss samples): below ~30 time samples a quadrature
+    # group costs less than the analytic operator's moments; limits 16, 32 and 64 took 0.30,
+    # 0.28 and 0.63 s per step on the leo-8 scenario, all-analytic 0.34 s.
+    quadrature_limit: int = 32
     tolerance: float = 0.05
     max_samples: int = 256
     time_stencil: int = 3
@@ -53,6 +65,7 @@ class RfiVisConfig:
     cubic_terms: int = 3
     max_groups: int = 4
     memory_budget_mb: float = ri_kernels.DEFAULT_MEMORY_BUDGET_BYTES / 2**20
+    sampling: str = "gauss"
 
     @property
     def memory_budget_bytes(self) -> int:
@@ -95,18 +108,42 @@ def _midpoint_error_bound(cycles: np.ndarray, n: np.ndarray) -> np.ndarray:
     return np.where(n > w, bound, np.inf)
 
 
-def required_samples(cycles, snr: float, tolerance: float, max_samples: int) -> np.ndarray:
-    """Smallest power of two n with averaging error <= tolerance * noise (n <= max_samples).
+def gauss_error_bound(cycles: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Bound on the n-node Gauss-Legendre rule's error for a fringe of ``cycles`` per cell:
+    ``2^(2n) (n!)^4 / ((2n + 1) ((2n)!)^3) (pi c)^(2n)``, formed in logarithms."""
+    w = np.pi * np.abs(np.asarray(cycles, np.float64))
+    n = np.asarray(n, np.float64)
+    log_k = 2 * n * np.log(2.0) + 4 * _lgamma(n + 1) - np.log(2 * n + 1) - 3 * _lgamma(2 * n + 1)
+    with np.errstate(divide="ignore"):
+        return np.where(w > 0, np.exp(log_k + 2 * n * np.log(np.maximum(w, 1e-300))), 0.0)
+
+
+def _lgamma(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.lgamma, otypes=[np.float64])(x)
+
+
+def required_samples(
+    cycles, snr: float, tolerance: float, max_samples: int, sampling: str = "midpoint"
+) -> np.ndarray:
+    """Fewest fine samples n with averaging error <= tolerance * noise (n <= max_samples):
+    powers of two for the midpoint rule, any count for Gauss-Legendre nodes.
 
     cycles: (n_bl,) largest fringe winding per cell; snr: RFI power |A|^2 over the noise.
     """
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"sampling {sampling!r} is not known; use one of {SAMPLINGS}")
     cycles = np.asarray(cycles, np.float64)
     n = np.ones(cycles.shape, np.int64)
+    bound, grow = (
+        (gauss_error_bound, lambda k: k + 1)
+        if sampling == "gauss"
+        else (_midpoint_error_bound, lambda k: k * 2)
+    )
     while True:
-        short = (_midpoint_error_bound(cycles, n) * snr > tolerance) & (n < max_samples)
+        short = (bound(cycles, n) * snr > tolerance) & (n < max_samples)
         if not short.any():
             return n
-        n = np.where(short, n * 2, n)
+        n = np.where(short, np.minimum(grow(n), max_samples), n)
 
 
 def _merge_small_groups(n_t: np.ndarray, max_groups: int) -> np.ndarray:
@@ -135,8 +172,9 @@ def plan_groups(
     quadrature groups by increasing time sampling, then the analytic group. A group's
     frequency sampling is the finest any of its baselines needs.
     """
-    n_t = required_samples(time_cycles, snr, config.tolerance, config.max_samples)
-    n_f = required_samples(freq_cycles, snr, config.tolerance, config.max_samples)
+    args = (snr, config.tolerance, config.max_samples, config.sampling)
+    n_t = required_samples(time_cycles, *args)
+    n_f = required_samples(freq_cycles, *args)
     analytic = n_t > config.quadrature_limit
     # The analytic group integrates time exactly; mark it with a level above every other.
     level = np.where(analytic, config.max_samples * 2, n_t)
@@ -166,14 +204,16 @@ def make_group_tables(
 ) -> GroupTables:
     """The tables and indices of one group (host side). rows: (n_rows,) output rows."""
     chan_mhz = chan_width * 1e-6
-    dnu_mhz = ri_kernels.fine_offsets(chan_mhz, spec.n_freq_samples)
+    dnu_mhz, freq_scale = _fine_samples(chan_mhz, spec.n_freq_samples, config.sampling)
     w_freq, start_freq = ri_kernels.lagrange_stencils(
         n_freq, dnu_mhz / chan_mhz, min(config.freq_stencil, n_freq)
     )
+    w_freq = w_freq * freq_scale
     stencil = min(config.time_stencil, n_time)
     if spec.operator == "quadrature":
-        dt = ri_kernels.fine_offsets(int_time, spec.n_time_samples)
+        dt, time_scale = _fine_samples(int_time, spec.n_time_samples, config.sampling)
         w_time, start_time = ri_kernels.lagrange_stencils(n_time, dt / int_time, stencil)
+        w_time = w_time * time_scale
     else:
         dt = np.asarray(int_time)
         w_time, start_time = ri_kernels.monomial_stencils(n_time, stencil)
@@ -189,6 +229,14 @@ def make_group_tables(
         dnu_mhz=jnp.asarray(dnu_mhz, real),
         dt=jnp.asarray(dt, real),
     )
+
+
+def _fine_samples(width: float, n: int, sampling: str) -> tuple[np.ndarray, np.ndarray]:
+    """Fine-sample offsets across a cell and the scale of each sample's interpolation
+    weights (ones for the midpoint rule; see ``ri_kernels.gauss_legendre_offsets``)."""
+    if sampling == "gauss":
+        return ri_kernels.gauss_legendre_offsets(width, n)
+    return ri_kernels.fine_offsets(width, n), np.ones(n)
 
 
 def snr_from_data(vis: np.ndarray, flags: np.ndarray, noise) -> float:
