@@ -196,3 +196,25 @@ def test_rfi_fringe_winding_bounds_phase_change_across_cells():
     np.testing.assert_allclose(
         f_cyc, 0.05 * np.abs(delay[a1, ..., 0] - delay[a2, ..., 0]).max(axis=(1, 2))
     )
+
+
+@pytest.mark.parametrize("inclination_deg", [0.0, 90.0])
+def test_angular_speed_of_an_overhead_satellite_is_its_relative_speed_over_its_height(
+    inclination_deg,
+):
+    """Hand calculation: an antenna on the equator, a satellite at 550 km straight overhead at
+    t = 0. Equatorial and prograde, the sightline turns at (n R - Omega R_e) / h; polar, the
+    satellite's northward n R and the ground's eastward Omega R_e add in quadrature."""
+    h = 550e3
+    gast0 = 0.3
+    ant = geo.geodetic_to_itrf(0.0, 0.0, 0.0)[None, :]
+    orbits = geo.CircularOrbits(
+        altitude_m=[h], inclination_rad=[np.deg2rad(inclination_deg)], raan_rad=[gast0],
+        arg_lat_rad=[0.0],
+    )  # fmt: skip
+    r, n = geo.R_EARTH + h, float(orbits.mean_motion[0])
+    ground = geo.OMEGA_EARTH * geo.R_EARTH
+    speed = n * r - ground if inclination_deg == 0 else np.hypot(n * r, ground)
+    omega = geo.satellite_angular_speed(ant, orbits, np.array([0.0]), gast0)
+    assert omega.shape == (1, 1)
+    np.testing.assert_allclose(omega[0, 0], speed / h, rtol=1e-13)  # measured 1e-15 (0.74 deg/s)

@@ -165,10 +165,14 @@ def test_integer_data_are_widened_not_narrowed(obs):
     np.testing.assert_array_equal(np.asarray(model.data.vis).real, vis)
 
 
-def test_store_without_satellites_is_refused(obs):
+def test_without_satellites_the_model_has_no_rfi_term(obs):
     empty = CircularOrbits(*(np.zeros(0) for _ in range(4)))
-    with pytest.raises(ValueError, match="no satellites"):
-        joint.build(_replace(obs, orbits=empty), joint.ModelConfig())
+    model = joint.build(_replace(obs, orbits=empty), joint.ModelConfig())
+    assert model.spec.n_src == 0 and model.spec.groups == () and model.info["rfi_groups"] == {}
+    assert model.params.rfi.z.size == 0
+    prediction = jax.jit(joint.predict, static_argnums=2)(model.params, model.constants, model.spec)
+    np.testing.assert_array_equal(np.asarray(prediction.rfi), 0)
+    assert np.any(np.asarray(prediction.sky))
 
 
 def test_satellite_below_the_horizon_throughout_is_refused(obs):
@@ -184,3 +188,41 @@ def test_truth_initialisation_only_when_asked(obs):
     with pytest.raises(ValueError, match="truth group"):
         joint.build(_replace(obs, truth=None), joint.ModelConfig(), init="truth")
     assert run_config.load(None)["fit"]["init"] == "data"
+
+
+def test_geometric_time_scale_is_the_sidelobe_crossing_time_over_two_pi(obs):
+    """Each satellite's correlation time: the station beam's sidelobe width c / (f_top D)
+    over 2 pi times the sightline's largest angular speed (here by finite differences of its
+    direction), between one integration and corr_time_s."""
+    from tabascal import geometry
+
+    orbits = CircularOrbits(
+        altitude_m=np.array([20_180e3, 20_180e3, 550e3]),
+        inclination_rad=np.deg2rad([55.0, 55.0, 53.0]),
+        raan_rad=obs.orbits.raan_rad[[0, 1, 0]],
+        arg_lat_rad=obs.orbits.arg_lat_rad[[0, 1, 0]],
+    )
+    leo = _replace(obs, orbits=orbits)
+    config = run_config.model_config(run_config.load({"rfi": {"time_scale": "geometric"}}))
+    times = joint.rfi_time_scales(leo, config)
+    fixed = joint.rfi_time_scales(leo, run_config.model_config(run_config.load({})))
+    np.testing.assert_array_equal(fixed, 100.0)
+
+    centre = obs.ant_itrf.mean(axis=0)
+    dt = 1e-3
+    speed = []
+    for t in obs.times_s:
+        ends = []
+        for s in (t - dt, t + dt):
+            sat = geometry.satellite_positions(orbits, np.array([s]))[:, 0]
+            ground = geometry.rotate_z(centre[None], geometry.gast(np.array([s]), obs.gast0_rad))
+            rel = sat - ground
+            ends.append(rel / np.linalg.norm(rel, axis=-1, keepdims=True))
+        speed.append(np.linalg.norm(ends[1] - ends[0], axis=-1) / (2 * dt))
+    omega = np.max(speed, axis=0)
+    theta = geometry.C / ((obs.freqs_hz.max() + obs.chan_width / 2) * obs.dish_diameter_m)
+    expected = np.clip(theta / (2 * np.pi * omega), obs.int_time, 100.0)
+    print("correlation times (s):", times, "angular speeds (deg/s):", np.rad2deg(omega))
+    np.testing.assert_allclose(times, expected, rtol=1e-6)  # measured 1e-9 (the differences)
+    # measured 48.6, 48.8 s for the GPS orbits (0.0099 deg/s) and 3.6 s for the low LEO
+    assert times[2] < 0.1 * times[0] and times[0] < 100.0

@@ -279,6 +279,17 @@ def satellite_elevation(ant_itrf, orbits: Orbits, times_s, gast0_rad) -> np.ndar
     return np.arcsin(np.clip(np.sum(rel * up, axis=-1), -1.0, 1.0))
 
 
+def satellite_angular_speed(ant_itrf, orbits: Orbits, times_s, gast0_rad) -> np.ndarray:
+    """Angular speed (rad/s) of each satellite's sightline from the array centre,
+    ``|rho x rho'| / |rho|^2`` with rho the satellite's position relative to the centre in the
+    inertial frame (the Earth's rotation included). Returns (n_sat, n_time) float64."""
+    centre = _f64(ant_itrf).mean(axis=0, keepdims=True)
+    ant = antenna_inertial(centre, times_s, gast0_rad, 1)[:, 0]  # (2, t, 3)
+    sat = satellite_inertial(orbits, times_s, 1)  # (2, s, t, 3)
+    rho, rate = sat[0] - ant[0], sat[1] - ant[1]
+    return np.linalg.norm(np.cross(rho, rate), axis=-1) / np.sum(rho * rho, axis=-1)
+
+
 def satellite_sightlines(ant_itrf, orbits, times_s, gast0_rad, ra_rad, dec_rad):
     """Range and off-axis angle of each satellite seen from each antenna.
 

@@ -273,6 +273,12 @@ def run(
 
 def _run(obs, out_dir, config, resume, overwrite, shard_axis, reuse_plan, progress) -> dict:
     source = obs if hasattr(obs, "read") else store_sharding.MemoryRows(obs)
+    if shard_axis != "none" and source.meta.n_sat == 0:
+        raise ValueError(
+            f"the observation has no satellites, and the {shard_axis} axis splits the RFI "
+            "term's work; fit it on one device (--shard-axis none), which models the sky and "
+            "the gains alone"
+        )
     init, seed = config["fit"]["init"], config["fit"]["seed"]
     by_block = shard_axis == "baseline" and init != "truth"
     if not by_block and distributed.process_count() > 1:

@@ -41,6 +41,11 @@ _RFI = Section(
     "RFI: per (satellite, antenna) signal and the visibility operators.",
     {
         "corr_time_s": Option(float, 100.0, "correlation time of the signal", "s", min=1e-3),
+        "time_scale": Option(
+            str, "fixed", "fixed: corr_time_s for every satellite; geometric: each satellite's "
+            "own, the time it takes to cross a sidelobe of the station beam over 2 pi, at most "
+            "corr_time_s", choices=rfi_signal.TIME_SCALES,
+        ),
         "bandwidth_hz": Option(float, 1.0e6, "correlation bandwidth of the signal", "Hz", min=1.0),
         "sigma": Option(
             float, None, "prior std of the signal per cell; null estimates it from the data",
@@ -158,7 +163,8 @@ def model_config(config: dict) -> joint.ModelConfig:
             rolloff=s["rolloff"], cutoff=s["cutoff"],
         ),
         rfi_signal=rfi_signal.RfiSignalConfig(
-            corr_time_s=r["corr_time_s"], bandwidth_hz=r["bandwidth_hz"]
+            corr_time_s=r["corr_time_s"], bandwidth_hz=r["bandwidth_hz"],
+            time_scale=r["time_scale"],
         ),
         rfi_vis=rfi_vis.RfiVisConfig(
             quadrature_limit=r["quadrature_limit"], tolerance=r["tolerance"],

@@ -74,7 +74,9 @@ def shard_model(model: joint.Model, mesh: Mesh) -> SourceShardedModel:
 
     c = model.constants
     signal = jax.device_put(c.rfi_signal, replicated)._replace(
-        scale=sources(c.rfi_signal.scale, "copy"), mean=sources(c.rfi_signal.mean, 0)
+        scale=sources(c.rfi_signal.scale, "copy"),
+        mean=sources(c.rfi_signal.mean, 0),
+        weight_time=sources(c.rfi_signal.weight_time, "copy"),
     )
     constants = jax.device_put(c._replace(rfi_signal=None, phase=None, delay_us=None), replicated)
     constants = constants._replace(

@@ -149,9 +149,8 @@ def _fov_radius_rad(config: ModelConfig, meta) -> float:
 def check_metadata(meta) -> None:
     """Refuse observations whose geometry the model cannot fit (host, metadata only)."""
     if meta.orbits.n_sat == 0:
-        raise ValueError(
-            "the observation has no satellites: the model needs at least one orbit to fit RFI"
-        )
+        logger.info("the observation has no satellites: the model is the sky and the gains")
+        return
     elevation = geometry.satellite_elevation(
         meta.ant_itrf, meta.orbits, meta.times_s, meta.gast0_rad
     )
@@ -205,13 +204,18 @@ class Geometry(NamedTuple):
 
 
 def observation_geometry(meta, config: ModelConfig) -> Geometry:
-    """Delays, phases and fringe rates of ``meta`` (an ``ObservationMeta`` or ``Observation``)."""
-    delay_us = geometry.rfi_delays(
-        meta.ant_itrf, meta.orbits, meta.times_s, meta.gast0_rad, meta.ra_rad, meta.dec_rad, 3
-    )
-    time_cycles, freq_cycles = geometry.rfi_fringe_winding(
-        delay_us, meta.a1, meta.a2, meta.freqs_hz, meta.int_time, meta.chan_width
-    )
+    """Delays, phases and fringe rates of ``meta`` (an ``ObservationMeta`` or ``Observation``);
+    with no satellites the RFI arrays are empty and the windings zero."""
+    if meta.orbits.n_sat == 0:
+        delay_us = np.zeros((meta.n_ant, 0, meta.n_time, 4))
+        time_cycles = freq_cycles = np.zeros(meta.n_bl)
+    else:
+        delay_us = geometry.rfi_delays(
+            meta.ant_itrf, meta.orbits, meta.times_s, meta.gast0_rad, meta.ra_rad, meta.dec_rad, 3
+        )
+        time_cycles, freq_cycles = geometry.rfi_fringe_winding(
+            delay_us, meta.a1, meta.a2, meta.freqs_hz, meta.int_time, meta.chan_width
+        )
     fov = _fov_radius_rad(config, meta)
     fringe_rate = geometry.max_sky_fringe_rate(
         meta.ant_itrf, meta.a1, meta.a2, meta.times_s, meta.gast0_rad, meta.ra_rad, meta.dec_rad,
@@ -223,7 +227,35 @@ def observation_geometry(meta, config: ModelConfig) -> Geometry:
     )  # fmt: skip
 
 
+def rfi_time_scales(meta, config: ModelConfig) -> np.ndarray:
+    """Correlation time (s) of each satellite's RFI signal, (n_sat,) float64.
+
+    "fixed": ``rfi_signal.corr_time_s`` for all. "geometric": a satellite's amplitude on an
+    antenna is the station beam towards it, whose sidelobes are ``theta = c / (f_top D)`` wide
+    (D the station diameter, f_top the top of the band); crossing them at the sightline's
+    largest angular speed ``omega`` (``geometry.satellite_angular_speed``), the amplitude
+    swings with period ``theta / omega``, and a Gaussian kernel of length
+    ``theta / (2 pi omega)`` keeps that period's power at exp(-1/2) of the peak. Capped at
+    ``corr_time_s``, and at least one integration: the signal lives on the data grid, which
+    cannot hold a faster swing (a Gaussian kernel shorter than a cell aliases on it). A LEO
+    satellite at 550 km (0.74 deg/s overhead) would need 0.65 s at 150 MHz with 38 m stations,
+    so gets the integration time; a GPS satellite (about 0.01 deg/s) about 50 s.
+    """
+    ceiling = config.rfi_signal.corr_time_s
+    if config.rfi_signal.time_scale == "fixed" or meta.n_sat == 0:
+        return np.full(meta.n_sat, ceiling)
+    omega = geometry.satellite_angular_speed(
+        meta.ant_itrf, meta.orbits, meta.times_s, meta.gast0_rad
+    ).max(axis=1)
+    f_top = float(np.max(meta.freqs_hz)) + meta.chan_width / 2
+    theta = geometry.C / (f_top * meta.dish_diameter_m)
+    length = theta / (2 * np.pi * np.maximum(omega, 1e-30))
+    return np.clip(length, min(meta.int_time, ceiling), ceiling)
+
+
 def _groups(meta, geom: Geometry, snr: float, config: ModelConfig, real):
+    if meta.n_sat == 0:
+        return (), (), {}  # no RFI term: predict_rfi gives zeros
     labels, specs = rfi_vis.plan_groups(geom.time_cycles, geom.freq_cycles, snr, config.rfi_vis)
     tables = tuple(
         rfi_vis.make_group_tables(
@@ -265,7 +297,8 @@ def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None 
     spec = ModelSpec(meta.n_bl, n_ant, n_src, n_freq, n_time, specs, config.rfi_vis)
     rfi_c = rfi_signal.make_constants(
         config.rfi_signal, n_ant, n_src, n_freq, n_time, meta.chan_width, meta.int_time,
-        scale=rfi_level, mean=rfi_level if init == "data" else 0.0, dtype=real,
+        scale=rfi_level, mean=rfi_level if init == "data" else 0.0,
+        corr_time_s=rfi_time_scales(meta, config), dtype=real,
     )  # fmt: skip
     gains_c = gains.make_constants(config.gains, n_ant, n_freq, n_time, meta.int_time, dtype=real)
     constants = ModelConstants(
@@ -281,6 +314,7 @@ def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None 
         "rfi_groups": group_sizes,
         "rfi_snr": snr,
         "rfi_level": rfi_level,
+        "rfi_corr_time_s": [float(t) for t in rfi_time_scales(meta, config)],
         "sky_modes": [grid.half_freq * 2 + 1, grid.half_time * 2 + 1],
         "fov_radius_deg": float(np.rad2deg(geom.fov_radius_rad)),
     }
@@ -319,7 +353,8 @@ def build(obs, config: ModelConfig, *, init: str = "data", seed: int = 0) -> Mod
     vis = np.asarray(obs.vis)
     noise = np.asarray(data.noise, np.float64)
     stats = DataStats.from_rows(vis, flags, noise)
-    level = config.rfi_sigma or stats.rfi_level(obs.n_sat)
+    # With no satellites the RFI signal has no elements and its scale is never used.
+    level = config.rfi_sigma or (stats.rfi_level(obs.n_sat) if obs.n_sat else 1.0)
     frame = model_frame(obs, config, stats.snr, level, init, seed)
     rfi_params = frame.rfi
     if init == "truth":

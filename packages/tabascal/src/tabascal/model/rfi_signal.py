@@ -5,9 +5,12 @@ For antenna a and source (satellite) r, with whitened complex modes z[a, r] ~ CN
     s[a, r, f, t] = mean[a, r] + scale[a, r] sum_{k, j} w_f[k] w_t[j] z[a, r, k, j]
                                  exp(2 pi i (k f / N_f + j t / N_t))
 
-with a separable Gaussian kernel exp(-dnu^2 / (2 bandwidth_hz^2)) exp(-dt^2 / (2
-corr_time_s^2)): spectra exp(-2 pi^2 bandwidth_hz^2 eta^2) and exp(-2 pi^2 corr_time_s^2 nu^2),
-each normalised to sum 1 over its kept modes, so E|s - mean|^2 = scale^2 in every cell. Padding
+with a separable Gaussian kernel exp(-dnu^2 / (2 bandwidth_hz^2)) exp(-dt^2 / (2 T_r^2)):
+spectra exp(-2 pi^2 bandwidth_hz^2 eta^2) and exp(-2 pi^2 T_r^2 nu^2), each normalised to sum 1
+over its kept modes, so E|s - mean|^2 = scale^2 in every cell. The correlation time T_r is
+``corr_time_s`` for every source, or one per source (``make_constants(corr_time_s=...)``, from
+the geometry: ``joint.rfi_time_scales``); the time lattice is then the one of the longest
+(padding) and the shortest (modes kept), shared by all. Padding
 and truncation as in ``_fourier``, the padding uncapped: wrapped correlations stay below
 ``wrap_tolerance`` even for correlation times longer than the observation, for a few extra
 modes. The output is the ``amp`` input of the ri_kernels operators (complex, on the data grid);
@@ -25,13 +28,18 @@ import numpy as np
 
 from tabascal.model import _fourier, _whitened
 
+TIME_SCALES = ("fixed", "geometric")
+
 
 @dataclass(frozen=True)
 class RfiSignalConfig:
     """Static settings of the RFI-signal prior.
 
     Attributes:
-      corr_time_s: correlation time of the Gaussian kernel in time (s).
+      corr_time_s: correlation time of the Gaussian kernel in time (s); with
+        ``time_scale`` "geometric", the longest any source gets.
+      time_scale: "fixed" (corr_time_s for every source) or "geometric" (each satellite's own,
+        from how fast it crosses the station beam's sidelobes: ``joint.rfi_time_scales``).
       bandwidth_hz: correlation bandwidth of the Gaussian kernel in frequency (Hz).
       amp_sigma: prior std of |s - mean| per cell (sqrt of data units, e.g. Jy^0.5) when no
         per-(antenna, source) scale is given.
@@ -41,6 +49,7 @@ class RfiSignalConfig:
 
     corr_time_s: float = 100.0
     bandwidth_hz: float = 1.0e6
+    time_scale: str = "fixed"
     amp_sigma: float = 1.0
     cutoff: float = 1.0e-3
     wrap_tolerance: float = 1.0e-3
@@ -51,6 +60,10 @@ class RfiSignalConfig:
                 raise ValueError(
                     f"RfiSignalConfig.{name} = {getattr(self, name)!r}; it must be > 0"
                 )
+        if self.time_scale not in TIME_SCALES:
+            raise ValueError(
+                f"RfiSignalConfig.time_scale = {self.time_scale!r}; choose one of {TIME_SCALES}"
+            )
         for name in ("cutoff", "wrap_tolerance"):
             if not 0 < getattr(self, name) < 1:
                 raise ValueError(
@@ -68,8 +81,8 @@ class RfiSignalConstants(NamedTuple):
     """Arrays read by ``forward``.
 
     dft_freq: (n_freq, n_kf) complex; dft_time: (n_time, n_kt) complex;
-    weight_freq: (n_kf,) real; weight_time: (n_kt,) real; scale: (n_ant, n_src) real;
-    mean: (n_ant, n_src) complex.
+    weight_freq: (n_kf,) real; weight_time: (1, n_src, n_kt) real, each source's own;
+    scale: (n_ant, n_src) real; mean: (n_ant, n_src) complex.
     """
 
     dft_freq: jax.Array
@@ -91,19 +104,22 @@ def make_constants(
     *,
     scale=None,
     mean=0.0,
+    corr_time_s=None,
     dtype=np.float64,
 ) -> RfiSignalConstants:
     """Constants of ``forward`` (host, float64, then cast).
 
     chan_width: channel spacing (Hz); int_time: integration time (s).
     scale: prior std per cell, scalar or broadcastable to (n_ant, n_src); ``config.amp_sigma``
-    when None. mean: complex, broadcastable to (n_ant, n_src).
+    when None. mean: complex, broadcastable to (n_ant, n_src). corr_time_s: correlation time
+    (s) of each source, (n_src,) or a scalar; ``config.corr_time_s`` when None.
     dtype: real dtype, float32 or float64; complex arrays get the matching complex dtype.
     """
-    if min(n_ant, n_src, n_freq, n_time) < 1 or not (chan_width > 0 and int_time > 0):
+    if min(n_ant, n_freq, n_time) < 1 or n_src < 0 or not (chan_width > 0 and int_time > 0):
         raise ValueError(
             f"RFI signal grid: n_ant={n_ant}, n_src={n_src}, n_freq={n_freq}, n_time={n_time}, "
-            f"chan_width={chan_width}, int_time={int_time}; expected positive sizes and spacings"
+            f"chan_width={chan_width}, int_time={int_time}; expected positive sizes and spacings "
+            "(n_src may be 0: no RFI term)"
         )
     real = np.dtype(dtype)
     cplx = np.result_type(real, np.complex64)
@@ -111,22 +127,31 @@ def make_constants(
     scale = np.broadcast_to(config.amp_sigma if scale is None else scale, shape)
     if not np.all(np.isfinite(scale) & (scale > 0)):
         raise ValueError("RFI signal scale must be finite and > 0 for every (antenna, source)")
+    times = np.broadcast_to(
+        np.asarray(config.corr_time_s if corr_time_s is None else corr_time_s, np.float64),
+        (n_src,),
+    )
+    if not np.all(np.isfinite(times) & (times > 0)):
+        raise ValueError(f"RFI correlation times must be finite and > 0 s; got {times}")
     mean = np.broadcast_to(np.asarray(mean, dtype=np.complex128), shape)
     n_f, half_f = _fourier.gaussian_lattice(
         n_freq, chan_width, config.bandwidth_hz, config.cutoff, config.wrap_tolerance
     )
-    n_t, half_t = _fourier.gaussian_lattice(
-        n_time, int_time, config.corr_time_s, config.cutoff, config.wrap_tolerance
+    longest, shortest = (float(f(times)) if n_src else config.corr_time_s for f in (np.max, np.min))
+    n_t, _ = _fourier.gaussian_lattice(
+        n_time, int_time, longest, config.cutoff, config.wrap_tolerance
     )
+    x = np.arange((n_t + 1) // 2) / (n_t * int_time)
+    half_t = _fourier.kept_half_width(_fourier.gaussian_spectrum(x, shortest), config.cutoff, n_t)
+    weight_time = [_fourier.gaussian_weights(n_t, int_time, half_t, float(t)) for t in times]
+    weight_time = np.reshape(weight_time, (1, n_src, 2 * half_t + 1))
     return RfiSignalConstants(
         dft_freq=jnp.asarray(_fourier.dft_matrix(n_freq, n_f, half_f), cplx),
         dft_time=jnp.asarray(_fourier.dft_matrix(n_time, n_t, half_t), cplx),
         weight_freq=jnp.asarray(
             _fourier.gaussian_weights(n_f, chan_width, half_f, config.bandwidth_hz), real
         ),
-        weight_time=jnp.asarray(
-            _fourier.gaussian_weights(n_t, int_time, half_t, config.corr_time_s), real
-        ),
+        weight_time=jnp.asarray(weight_time, real),
         scale=jnp.asarray(scale, real),
         mean=jnp.asarray(mean, cplx),
     )
@@ -134,16 +159,17 @@ def make_constants(
 
 def init(constants: RfiSignalConstants, key: jax.Array | None = None) -> RfiSignalParams:
     """Whitened parameters: zeros (s = mean) or, given a PRNG key, a prior draw."""
-    shape = (*constants.scale.shape, 2, *constants.weight_freq.shape, *constants.weight_time.shape)
+    n_kf, n_kt = constants.weight_freq.shape[0], constants.weight_time.shape[-1]
+    shape = (*constants.scale.shape, 2, n_kf, n_kt)
     return RfiSignalParams(_whitened.draw(key, shape, constants.scale.dtype))
 
 
 def _amplitude(constants: RfiSignalConstants) -> jax.Array:
-    """scale[a, r] w_f[k] w_t[j], shape (n_ant, n_src, n_kf, n_kt) real."""
+    """scale[a, r] w_f[k] w_t[r, j], shape (n_ant, n_src, n_kf, n_kt) real."""
     return (
         constants.scale[:, :, None, None]
-        * constants.weight_freq[:, None]
-        * constants.weight_time[None, :]
+        * constants.weight_freq[None, None, :, None]
+        * constants.weight_time[:, :, None, :]
     )
 
 
