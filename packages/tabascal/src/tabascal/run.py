@@ -280,7 +280,7 @@ def _run(obs, out_dir, config, resume, overwrite, shard_axis, reuse_plan, progre
             "the gains alone"
         )
     init, seed = config["fit"]["init"], config["fit"]["seed"]
-    by_block = shard_axis == "baseline" and init != "truth"
+    by_block = shard_axis == "baseline" and init not in joint.WHOLE_OBSERVATION_INITS
     if not by_block and distributed.process_count() > 1:
         raise ValueError(
             f"a run over {distributed.process_count()} processes reads the data block by block, "

@@ -109,7 +109,9 @@ SCHEMA = Section(
                     int, 100, "checkpoint every this many steps (0 = never)", min=0
                 ),
                 "init": Option(str, "data", "initial parameters: data-based estimates, a draw "
-                               "from the prior, or the store's truth", choices=joint.INITS),
+                               "from the prior, the store's truth, or data-based estimates with "
+                               "each satellite's RFI from the fringe-stopped data",
+                               choices=joint.INITS),
                 "seed": Option(int, 0, "seed of the prior draw (init: prior)", min=0),
             },
         ),

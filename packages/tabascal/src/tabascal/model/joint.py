@@ -28,12 +28,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from tabascal import geometry
-from tabascal.model import gains, likelihood, rfi_signal, rfi_vis, sky
+from tabascal.model import gains, likelihood, rfi_estimate, rfi_signal, rfi_vis, sky
 from tabascal.model.data_stats import DataStats, MeanPower
 
 logger = logging.getLogger(__name__)
 
-INITS = ("data", "prior", "truth")
+# "fringe": "data", with the RFI signal from the fringe-stopped data (rfi_estimate); it needs
+# every row in one process, as "truth" does.
+INITS = ("data", "prior", "truth", "fringe")
+WHOLE_OBSERVATION_INITS = ("truth", "fringe")
 PRECISIONS = {"single": np.float32, "double": np.float64}
 
 
@@ -297,7 +300,7 @@ def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None 
     spec = ModelSpec(meta.n_bl, n_ant, n_src, n_freq, n_time, specs, config.rfi_vis)
     rfi_c = rfi_signal.make_constants(
         config.rfi_signal, n_ant, n_src, n_freq, n_time, meta.chan_width, meta.int_time,
-        scale=rfi_level, mean=rfi_level if init == "data" else 0.0,
+        scale=rfi_level, mean=rfi_level if init in ("data", "fringe") else 0.0,
         corr_time_s=rfi_time_scales(meta, config), dtype=real,
     )  # fmt: skip
     gains_c = gains.make_constants(config.gains, n_ant, n_freq, n_time, meta.int_time, dtype=real)
@@ -335,8 +338,9 @@ def build(obs, config: ModelConfig, *, init: str = "data", seed: int = 0) -> Mod
     """Host-side set-up of the model for an observation (see the module docstring).
 
     obs: a ``tabascal.store.Observation`` (all rows). init: "data" (estimates from the data),
-    "prior" (a draw from the prior, with ``seed``) or "truth" (the store's truth; only when
-    asked, never by default).
+    "fringe" (the same, with each satellite's RFI signal estimated from the fringe-stopped
+    data: ``rfi_estimate``), "prior" (a draw from the prior, with ``seed``) or "truth" (the
+    store's truth; only when asked, never by default).
 
     The work splits in two: the metadata and a few mergeable data statistics
     (``data_stats.DataStats``) fix everything but the per-row arrays (``model_frame``, shared with
@@ -361,12 +365,20 @@ def build(obs, config: ModelConfig, *, init: str = "data", seed: int = 0) -> Mod
         rfi_params = rfi_signal.init_from_estimate(
             frame.constants.rfi_signal, obs.truth.rfi_amp, noise=0.01 * level
         )
+    elif init == "fringe" and obs.n_sat:
+        c = frame.constants
+        estimate = rfi_estimate.estimate_rfi_signal(
+            vis, flags, np.asarray(c.phase, np.float64), np.asarray(c.delay_us, np.float64),
+            np.asarray(obs.a1), np.asarray(obs.a2), obs.freqs_hz, obs.int_time, obs.chan_width,
+            ref_ant=config.gains.ref_ant,
+        )  # fmt: skip
+        rfi_params = rfi_signal.init_from_estimate(c.rfi_signal, estimate, noise=0.05 * level)
     rfi_start = jax.jit(predict_rfi, static_argnums=2)(rfi_params, frame.constants, frame.spec)
     sky_mean = np.asarray(sky.mean_from_data(vis - np.asarray(rfi_start), flags))
     sky_sigma = config.sky_sigma or max(MeanPower.from_rows(sky_mean).rms, stats.noise_median)
     sky_c = sky.make_constants(
         config.sky, frame.grid, frame.fringe_rate_hz, scale=sky_sigma,
-        mean=sky_mean if init == "data" else 0.0, dtype=real,
+        mean=sky_mean if init in ("data", "fringe") else 0.0, dtype=real,
     )  # fmt: skip
     sky_params = sky.init(sky_c, jax.random.key(seed + 1) if init == "prior" else None)
     if init == "truth":
