@@ -1,6 +1,6 @@
 """Optimisation-step time and RFI-operator accuracy of a LEO-heavy fit, by fine-sample rule.
 
-    python benchmarks/leo_step.py                      # benchmarks/scenarios/leo-8.yaml
+    python benchmarks/leo_step.py                      # benchmarks/scenarios/speed/leo-8.yaml
     python benchmarks/leo_step.py --scenario FILE.yaml --rounds 5
 
 The scenario (a simulation config over the demo preset) is simulated once into a temporary
@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common
 
-SCENARIO = Path(__file__).resolve().parent / "scenarios" / "leo-8.yaml"
+SCENARIO = Path(__file__).resolve().parent / "scenarios" / "speed" / "leo-8.yaml"
 VARIANTS = {
     "midpoint": {"sampling": "midpoint"},
     "gauss": {"sampling": "gauss"},

@@ -54,3 +54,26 @@ def test_baseline_axis_places_each_device_its_block_of_the_data(records):
     assert two["n_bl"] == 28
     for placed in two["placed_bytes"]:
         assert block <= placed < one["placed_bytes"][0]
+
+
+def test_science_scores_agree_with_the_run_summary_and_the_twin_has_no_rfi(tmp_path):
+    """benchmarks/science.py at a tiny size: its RFI residual (from results.zarr and the
+    truth) equals the one tabascal run writes in summary.json, computed apart; the twin's fit
+    has no RFI term; the goals are judged from the figures."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import science
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    tiny = {"array": {"n_stations": 5}, "observation": {"n_time": 10, "n_freq": 2}}
+    record = science.score("tiny", tiny, 5, tmp_path, {})
+    summary = json.loads((tmp_path / "tiny-fit" / "summary.json").read_text())
+    twin = json.loads((tmp_path / "tiny-twin-fit" / "summary.json").read_text())
+    # measured 2e-8 apart (float32 results, float64 sums)
+    assert record["rfi_over_noise"] == pytest.approx(
+        summary["truth"]["rfi"]["rmse_over_noise"], rel=1e-6
+    )
+    assert twin["model"]["rfi_groups"] == {} and twin["truth"]["rfi"]["rmse"] == 0.0
+    assert record["n_satellites"] == 2 and 0 < record["flagged_by_3_sigma"] <= 1
+    assert record["sky_over_twin"] == record["sky_over_noise"] / record["twin_sky_over_noise"]
+    assert science._met(record)["rfi"] == (record["rfi_over_noise"] <= 0.2)

@@ -1,0 +1,198 @@
+"""What a blind fit recovers, scenario by scenario, against the simulation's truth and an
+RFI-free twin.
+
+    python benchmarks/science.py                          # every benchmarks/scenarios/*.yaml
+    python benchmarks/science.py --scenarios leo-pass demo --steps 400
+
+Each scenario is a simulation config over the demo preset. It is simulated twice with the same
+seed: as written, and as its RFI-free twin (no satellites; the noise, flags, sky and gains come
+from their own random streams, so they are the same draws). Both are fitted as ``tabascal run``
+does with the default configuration (init ``data``, ``--steps`` steps; the twin's model has no
+RFI term), and each fit is scored against the truth:
+
+- ``chi2``: reduced chi-squared at the end (near 1; clearly below 1 means noise was fitted);
+- ``rfi_over_noise``: rms of the fitted minus the true RFI as it appears in the data,
+  ``g_p V_rfi conj(g_q)``, over the noise: what the RFI leaves in the cleaned data;
+- ``sky_over_noise``: the same for the apparent sky ``g_p V_sky conj(g_q)``, and
+  ``twin_sky_over_noise`` that of the twin, the noise-limited floor of the sky model;
+- ``gains_over_spread``: rms of the fitted minus the true gains over the rms of the true gains'
+  departure from 1 (1 means the gains were not learned at all);
+- ``flagged_by_3_sigma``: the fraction of cells an ideal flagger, knowing the true RFI, would
+  discard at three times the noise;
+- ``fit_seconds``: the fit's own time (both fits).
+
+Goals (issue 17): rfi_over_noise <= 0.2, sky_over_noise <= 1.25 twin_sky_over_noise, chi2 in
+[0.97, 1.03] (and, with a shared-signal RFI model, gains_over_spread <= 0.3). Prints a table,
+writes JSON under benchmarks/results/ and a bar plot beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common
+
+SCENARIOS = Path(__file__).resolve().parent / "scenarios"
+GOALS = {"rfi_over_noise": 0.2, "sky_over_twin": 1.25, "chi2": (0.97, 1.03)}
+
+
+def _arguments(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenarios", nargs="+", default=None,
+                        help="names in benchmarks/scenarios (default: all)")  # fmt: skip
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument(
+        "--config", type=Path, default=None, help="run configuration YAML for every fit"
+    )
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--plot", type=Path, default=None)
+    return parser.parse_args(argv)
+
+
+def _apparent(vis, gains, a1, a2):
+    """g[a1] vis conj(g[a2]), (n_bl, n_freq, n_time)."""
+    return gains[a1] * vis * gains[a2].conj()
+
+
+def _rms(x) -> float:
+    import numpy as np
+
+    return float(np.sqrt(np.mean(np.abs(x) ** 2)))
+
+
+def _fit(store: Path, out: Path, steps: int, run_overrides: dict) -> dict:
+    """Fit ``store`` into ``out`` with the run configuration; the scores."""
+    import numpy as np
+    import zarr
+
+    from tabascal import run, run_config
+    from tabascal.config import merge
+    from tabascal.store import read_observation
+
+    obs = read_observation(store)
+    fixed = {"fit": {"steps": steps, "checkpoint_every": 0}, "output": {"plots": False}}
+    config = run_config.load(merge(run_overrides, fixed))
+    start = time.perf_counter()
+    summary = run.run(obs, out, config, progress=False)
+    seconds = time.perf_counter() - start
+    results = zarr.open_group(str(out / "results.zarr"), mode="r")
+    t, a1, a2 = obs.truth, np.asarray(obs.a1), np.asarray(obs.a2)
+    g_fit, g_true = np.asarray(results["gains"]), np.asarray(t.gains)
+    noise = float(np.mean(obs.noise))
+    rfi_true = _apparent(t.rfi_vis, g_true, a1, a2)
+    rfi_fit = _apparent(np.asarray(results["rfi_vis"]), g_fit, a1, a2)
+    sky_true = _apparent(t.sky_vis, g_true, a1, a2)
+    sky_fit = _apparent(np.asarray(results["sky_vis"]), g_fit, a1, a2)
+    spread = _rms(g_true - 1)
+    return {
+        "chi2": summary["chi2_final"],
+        "chi2_init": summary["chi2_init"],
+        "rfi_over_noise": _rms(rfi_fit - rfi_true) / noise,
+        "sky_over_noise": _rms(sky_fit - sky_true) / noise,
+        "gains_over_spread": _rms(g_fit - g_true) / spread if spread > 0 else None,
+        "flagged_by_3_sigma": float(np.mean(np.abs(rfi_true) > 3 * noise)),
+        "rfi_rms_over_noise": _rms(rfi_true) / noise,
+        "fit_seconds": seconds,
+        "steps": summary["steps"],
+        "rfi_groups": summary["model"]["rfi_groups"],
+    }
+
+
+def score(name: str, simulation: dict, steps: int, where: Path, run_overrides: dict) -> dict:
+    """Simulate scenario ``name`` and its RFI-free twin under ``where``, fit both, score."""
+    from tabascal.config import merge
+    from tabascal.simulate import simulate, simulation_config
+
+    config = simulation_config("demo", simulation)
+    twin = simulation_config("demo", merge(simulation, {"satellites": {"count": 0, "orbits": []}}))
+    for label, cfg in (("obs", config), ("twin", twin)):
+        simulate(cfg, where / f"{name}-{label}.zarr")
+    fitted = _fit(where / f"{name}-obs.zarr", where / f"{name}-fit", steps, run_overrides)
+    floor = _fit(where / f"{name}-twin.zarr", where / f"{name}-twin-fit", steps, run_overrides)
+    fitted["twin_sky_over_noise"] = floor["sky_over_noise"]
+    fitted["twin_chi2"] = floor["chi2"]
+    fitted["twin_fit_seconds"] = floor["fit_seconds"]
+    fitted["sky_over_twin"] = fitted["sky_over_noise"] / floor["sky_over_noise"]
+    fitted["n_satellites"] = len(config["satellites"]["orbits"]) + config["satellites"]["count"]
+    return fitted
+
+
+def _met(record: dict) -> dict:
+    lo, hi = GOALS["chi2"]
+    return {
+        "rfi": record["rfi_over_noise"] <= GOALS["rfi_over_noise"],
+        "sky": record["sky_over_twin"] <= GOALS["sky_over_twin"],
+        "chi2": lo <= record["chi2"] <= hi,
+    }
+
+
+def _plot(records, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    names = [r["scenario"] for r in records]
+    keys = ("rfi_over_noise", "sky_over_noise", "twin_sky_over_noise")
+    x = np.arange(len(names))
+    fig, ax = plt.subplots(figsize=(1.6 * len(names) + 2, 4))
+    for k, key in enumerate(keys):
+        ax.bar(x + (k - 1) * 0.27, [r[key] for r in records], 0.27, label=key)
+    ax.axhline(GOALS["rfi_over_noise"], color="k", lw=0.8, ls="--", label="RFI goal 0.2")
+    ax.set_yscale("log")
+    ax.set_xticks(x, names, rotation=20)
+    ax.set_ylabel("rms error / noise")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> list[dict]:
+    options = _arguments(argv)
+    from tabascal.config import load_yaml
+
+    files = sorted(SCENARIOS.glob("*.yaml"))
+    if options.scenarios is not None:
+        known = {f.stem: f for f in files}
+        missing = [s for s in options.scenarios if s not in known]
+        if missing:
+            raise SystemExit(f"no scenario {missing} in {SCENARIOS}; have {sorted(known)}")
+        files = [known[s] for s in options.scenarios]
+    overrides = load_yaml(options.config) if options.config else {}
+    base = _common.provenance(["benchmarks/science.py", *(argv or sys.argv[1:])])
+    base["run_config"] = overrides
+    records = []
+    with tempfile.TemporaryDirectory() as where:
+        for path in files:
+            record = score(path.stem, load_yaml(path), options.steps, Path(where), overrides)
+            record = {**base, "scenario": path.stem, **record}
+            record["goals_met"] = _met(record)
+            records.append(record)
+            print(f"{path.stem}: {record}", flush=True)
+    head = (
+        f"{'scenario':>16} {'sats':>4} {'chi2':>7} {'rfi/noise':>9} {'sky/noise':>9} "
+        f"{'twin':>7} {'sky/twin':>8} {'gains/spread':>12} {'3-sigma':>7} {'fit s':>6}"
+    )
+    print(head)
+    for r in records:
+        gains = "-" if r["gains_over_spread"] is None else f"{r['gains_over_spread']:.2f}"
+        print(f"{r['scenario']:>16} {r['n_satellites']:>4} {r['chi2']:7.3f} "
+              f"{r['rfi_over_noise']:9.3f} {r['sky_over_noise']:9.3f} "
+              f"{r['twin_sky_over_noise']:7.3f} {r['sky_over_twin']:8.2f} {gains:>12} "
+              f"{r['flagged_by_3_sigma']:7.1%} {r['fit_seconds']:6.0f}")  # fmt: skip
+    path = _common.write_json(records, options.json, "science")
+    plot = options.plot or path.with_suffix(".png")
+    _plot(records, plot)
+    print(f"wrote {path} and {plot}")
+    return records
+
+
+if __name__ == "__main__":
+    main()
