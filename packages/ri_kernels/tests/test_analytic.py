@@ -19,6 +19,9 @@ from ri_reference import analytic_args, analytic_reference, make_scene
 
 from ri_kernels import analytic_eval_with_indices, make_indices
 
+# float64 by design: complex128 scenes against the reference to 1e-6.
+pytestmark = pytest.mark.usefixtures("x64")
+
 FREQ_MHZ, INT_TIME = 1000.0, 1.0
 A1, A2 = np.array([0, 1, 0, 2, 2]), np.array([1, 0, 2, 2, 1])
 IDX = make_indices(3, A1, A2)

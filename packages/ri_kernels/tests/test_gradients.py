@@ -5,6 +5,9 @@ no stop_gradient) in float64, and central finite differences of the operator its
 operators are sesquilinear in amp, so a central difference along amp is exact up to rounding
 at any step. Tangents are given to every real input; the inputs that are constants by design
 must neither move the JVP nor receive a cotangent.
+
+Each precision runs in its own mode: float64 with jax's 64-bit mode, float32 without it, as
+shipped; the float64 references always with it.
 """
 
 import jax
@@ -21,7 +24,8 @@ N_DIFFERENTIATED = {"quadrature": 3, "analytic": 1}  # amp, phase, delay_us / am
 
 
 def _reference(dense, args, n_differentiated):
-    tables = [jnp.asarray(x) for x in args]
+    with jax.enable_x64(True):
+        tables = [jnp.asarray(x) for x in args]
 
     def run(primals, tangents, cotangent):
         def vis_of(*values):
@@ -79,7 +83,8 @@ def _derivatives_match_reference(name, real, tol, seed, value_tol):
         return value_jvp_vjp(name, IDX, tuple(full), tuple(directions), ct)
 
     vis, jvp, vjp = run(primals, tangents)
-    expected = REFERENCES[name](_float64(primals[:n]), _float64(tangents[:n]), cotangent)
+    with jax.enable_x64(True):
+        expected = REFERENCES[name](_float64(primals[:n]), _float64(tangents[:n]), cotangent)
     _close(vis, expected[0], value_tol, "value")
     _close(jvp, expected[1], tol, "jvp")
     for position, mine, ref in zip(POSITIONS, vjp[:n], expected[2], strict=False):
@@ -97,15 +102,17 @@ def _derivatives_match_reference(name, real, tol, seed, value_tol):
     [(np.float64, 1e-10, 1e-5, 1e-7), (np.float32, 2e-4, 1e-2, 2e-3)],
 )
 def test_quadrature_differentiates_amp_phase_and_delay_only(real, tol, step, fd_tol):
-    run, primals, tangents, jvp = _derivatives_match_reference("quadrature", real, tol, 0, tol)
-    # Along amp alone the central difference is exact; along all three, second order.
-    amp_only = [tangents[0], *(np.zeros_like(t) for t in tangents[1:])]
-    shifted = [[p + s * t for p, t in zip(primals, amp_only, strict=True)] for s in (1, -1)]
-    fd_amp = (run(shifted[0], tangents)[0] - run(shifted[1], tangents)[0]) / 2
-    _close(run(primals, amp_only)[1], fd_amp, fd_tol, "amp")
-    live = [t if i < 3 else np.zeros_like(t) for i, t in enumerate(tangents)]
-    moved = [[p + s * step * t for p, t in zip(primals, live, strict=True)] for s in (1, -1)]
-    _close(jvp, (run(moved[0], tangents)[0] - run(moved[1], tangents)[0]) / (2 * step), fd_tol)
+    with jax.enable_x64(real == np.float64):
+        run, primals, tangents, jvp = _derivatives_match_reference("quadrature", real, tol, 0, tol)
+        # Along amp alone the central difference is exact; along all three, second order.
+        amp_only = [tangents[0], *(np.zeros_like(t) for t in tangents[1:])]
+        shifted = [[p + s * t for p, t in zip(primals, amp_only, strict=True)] for s in (1, -1)]
+        fd_amp = (run(shifted[0], tangents)[0] - run(shifted[1], tangents)[0]) / 2
+        _close(run(primals, amp_only)[1], fd_amp, fd_tol, "amp")
+        live = [t if i < 3 else np.zeros_like(t) for i, t in enumerate(tangents)]
+        moved = [[p + s * step * t for p, t in zip(primals, live, strict=True)] for s in (1, -1)]
+        fd = (run(moved[0], tangents)[0] - run(moved[1], tangents)[0]) / (2 * step)
+    _close(jvp, fd, fd_tol)
 
 
 @pytest.mark.parametrize(
@@ -114,6 +121,10 @@ def test_quadrature_differentiates_amp_phase_and_delay_only(real, tol, step, fd_
 def test_analytic_differentiates_amp_only_and_float32_values_are_within_3e5(real, tol, value_tol):
     # The reference is float64 (512-node Gauss-Legendre, exact here: windings ~125 rad), so the
     # float32 value check is the issue's "float32 within 3e-5 of float64" on this scene.
-    run, primals, tangents, jvp = _derivatives_match_reference("analytic", real, tol, 4, value_tol)
-    shifted = [[primals[0] + s * tangents[0], *primals[1:]] for s in (1, -1)]
-    _close(jvp, (run(shifted[0], tangents)[0] - run(shifted[1], tangents)[0]) / 2, tol)
+    with jax.enable_x64(real == np.float64):
+        run, primals, tangents, jvp = _derivatives_match_reference(
+            "analytic", real, tol, 4, value_tol
+        )
+        shifted = [[primals[0] + s * tangents[0], *primals[1:]] for s in (1, -1)]
+        fd = (run(shifted[0], tangents)[0] - run(shifted[1], tangents)[0]) / 2
+    _close(jvp, fd, tol)

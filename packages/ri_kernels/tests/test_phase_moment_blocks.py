@@ -7,12 +7,10 @@ every element at once. The two must agree element for element, including the pad
 last block and the elements patched afterwards.
 """
 
-import jax
 import numpy as np
+import pytest
 
-jax.config.update("jax_enable_x64", True)
-
-from ri_kernels._phase_moments import (  # noqa: E402
+from ri_kernels._phase_moments import (
     _CHUNK,
     _CPU_BLOCK,
     phase_moments,
@@ -35,6 +33,7 @@ def _cubics(size, seed=0):
     return phi0, a, b, c
 
 
+@pytest.mark.usefixtures("x64")
 def test_blocked_moments_equal_one_chunk_evaluation_float64():
     size = 3 * _CPU_BLOCK + 37  # an odd block count: the loops' padding is exercised
     cubics = _cubics(size)

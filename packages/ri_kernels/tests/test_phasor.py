@@ -17,7 +17,8 @@ def test_unit_phasor_matches_numpy_to_working_precision(real, tol):
             np.arange(-8, 9) / 8,  # the quarter- and eighth-turn seams of the reduction
         ]
     ).astype(real)
-    phasor = np.asarray(jax.jit(unit_phasor)(turns))
+    with jax.enable_x64(real == np.float64):
+        phasor = np.asarray(jax.jit(unit_phasor)(turns))
     exact = np.exp(2j * np.pi * (turns.astype(np.float64) % 1))
     assert phasor.dtype == (np.complex64 if real == np.float32 else np.complex128)
     assert np.max(np.abs(phasor - exact)) < tol

@@ -1,4 +1,8 @@
-"""Quadrature operator: values against the brute-force reference, memory layout, pruning."""
+"""Quadrature operator: values against the brute-force reference, memory layout, pruning.
+
+The float64 tests scope jax's 64-bit mode to themselves (the x64 fixture); the float32 test
+runs without it, as shipped.
+"""
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +22,7 @@ def _relative_error(vis, ref):
     return np.max(np.abs(np.asarray(vis) - ref)) / np.max(np.abs(ref))
 
 
+@pytest.mark.usefixtures("x64")
 @pytest.mark.parametrize(
     "shape",
     [
@@ -42,6 +47,7 @@ def test_float32_is_within_3e5_of_max_vis_of_the_float64_reference():
     assert _relative_error(vis, quadrature_reference(A1, A2, *args)) < 3e-5
 
 
+@pytest.mark.usefixtures("x64")
 def test_blocking_by_a_small_budget_does_not_change_the_result():
     args = quadrature_args(make_scene(3, n_time=7))
     idx = make_indices(4, A1, A2)
@@ -54,6 +60,7 @@ def test_blocking_by_a_small_budget_does_not_change_the_result():
     np.testing.assert_allclose(tiny, whole, rtol=0, atol=1e-13 * np.abs(whole).max())
 
 
+@pytest.mark.usefixtures("x64")
 def test_a_short_list_gives_the_same_value_and_gradient_gathered_up_front_or_per_block():
     # 3 baselines touching 4 of 8 antennas: 6 slots for the touched antennas, fewer than 8, so
     # the signal is gathered: once up front when the copy fits the budget, per block when not.
@@ -104,6 +111,7 @@ def _name_stacks(jaxpr):
                     yield from _name_stacks(sub)
 
 
+@pytest.mark.usefixtures("x64")
 def test_no_array_has_both_a_baseline_axis_and_a_fine_sample_axis():
     # Distinct prime sizes: 13 baselines, 7 fine times, 3 fine channels, 2 sources.
     n_ant, n_bl = 6, 13
@@ -129,6 +137,7 @@ def test_no_array_has_both_a_baseline_axis_and_a_fine_sample_axis():
         assert any(n_bl in s for s in shapes)  # the check sees the baseline axis at all
 
 
+@pytest.mark.usefixtures("x64")
 def test_no_phase_derivative_work_runs_when_phase_and_delay_carry_no_tangent():
     args = quadrature_args(make_scene(5))
     idx = make_indices(4, A1, A2)

@@ -14,6 +14,9 @@ from seam_autodiff import A1, A2, ARGS, N_ANT, POSITIONS, SCENE, SEAMS, value_jv
 
 from ri_kernels import RFIAnalyticVisOp, RFIInterpVisOp, make_index_sets, make_indices
 
+# float64 by design: the shared scene is complex128, its rows compared to 1e-12.
+pytestmark = pytest.mark.usefixtures("x64")
+
 OPERATORS = {"quadrature": RFIInterpVisOp, "analytic": RFIAnalyticVisOp}
 
 

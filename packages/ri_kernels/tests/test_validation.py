@@ -17,6 +17,10 @@ from ri_kernels import (
     stack_indices,
 )
 
+# The scene's arguments are float64, so that each check below is reached rather than the
+# refusal of complex128 without jax's 64-bit mode (tested on its own below).
+pytestmark = pytest.mark.usefixtures("x64")
+
 SCENE = make_scene(61, n_freq=3, n_time=5)
 IDX = make_indices(4, [0, 1], [1, 2])
 QUAD_NAMES = "amp phase delay_us w_freq start_freq w_time start_time dnu_mhz dt freq_mhz"
@@ -115,12 +119,8 @@ def test_mixed_precision_is_refused_in_both_directions():
 
 
 def test_complex128_without_x64_is_refused():
-    jax.config.update("jax_enable_x64", False)
-    try:
-        with pytest.raises(TypeError, match="jax_enable_x64 is off"):
-            _quadrature()
-    finally:
-        jax.config.update("jax_enable_x64", True)
+    with jax.enable_x64(False), pytest.raises(TypeError, match="jax_enable_x64 is off"):
+        _quadrature()
 
 
 def test_index_sets_must_match_the_signal_and_be_one_device_set():

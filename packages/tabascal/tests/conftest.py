@@ -1,4 +1,10 @@
-"""Shared fixtures: small simulated observations, made once per test session."""
+"""Shared fixtures: small simulated observations, made once per test session, and jax's
+64-bit mode for the tests that need it.
+
+The mode is off, as it is for a user who has not asked for it, so that the single-precision
+tests run as shipped; a test of float64 arithmetic opts in with the ``x64`` fixture, which
+scopes the mode to that test.
+"""
 
 import jax
 import pytest
@@ -13,6 +19,29 @@ def compilation_cache(tmp_path_factory):
     jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("xla_cache")))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+X64_LEFT_ON = (
+    "jax's 64-bit mode is on outside a test that asked for it; scope it to the test with the "
+    "x64 fixture (or jax.enable_x64(True) as a context manager) instead of "
+    "jax.config.update, and leave JAX_ENABLE_X64 unset"
+)
+
+
+@pytest.fixture(autouse=True)
+def x64_off_between_tests():
+    """Every test starts and ends with jax's 64-bit mode off, so that none runs in a precision
+    another one left behind."""
+    assert not jax.config.jax_enable_x64, X64_LEFT_ON
+    yield
+    assert not jax.config.jax_enable_x64, X64_LEFT_ON
+
+
+@pytest.fixture
+def x64():
+    """jax's 64-bit mode for one test, restored after it."""
+    with jax.enable_x64(True):
+        yield
 
 
 # The demo preset shrunk to 8 stations (28 baselines), 2 channels and 30 integrations: the

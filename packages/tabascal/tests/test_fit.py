@@ -1,11 +1,8 @@
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from tabascal import fit
-
-jax.config.update("jax_enable_x64", True)
 
 
 def _toy_loss(params, inputs):
@@ -37,6 +34,7 @@ def test_fit_converges_on_a_quadratic():
     np.testing.assert_allclose(state.params["x"], np.arange(5.0), atol=0.05)
 
 
+@pytest.mark.usefixtures("x64")  # float64, so that the ratios hold to 1e-12
 def test_second_phase_runs_at_a_tenth_of_the_step_size():
     # Plain SGD on f(x) = x^2 / 2 with one parameter: each step moves x by -lr * x, so the
     # ratio of successive x is (1 - lr) in the first phase and (1 - lr/10) in the second.

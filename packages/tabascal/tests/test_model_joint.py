@@ -14,8 +14,6 @@ from tabascal.geometry import CircularOrbits
 from tabascal.model import joint, rfi_vis
 from tabascal.store import read_observation
 
-jax.config.update("jax_enable_x64", True)
-
 
 @pytest.fixture(scope="module")
 def obs(small_store):
@@ -74,6 +72,7 @@ def test_small_groups_merge_upwards_to_the_group_limit():
         assert spec.operator == "analytic" or spec.n_time_samples >= need
 
 
+@pytest.mark.usefixtures("x64")  # precision "double"
 def test_loss_gradient_matches_finite_differences(obs):
     config = run_config.model_config(run_config.load({"precision": "double"}))
     model = joint.build(obs, config, init="prior", seed=3)
@@ -158,6 +157,7 @@ def test_non_positive_noise_is_refused(obs, noise):
         joint.build(_replace(obs, noise=np.asarray(noise)), joint.ModelConfig())
 
 
+@pytest.mark.usefixtures("x64")  # precision "double"
 def test_integer_data_are_widened_not_narrowed(obs):
     vis = np.round(obs.vis.real).astype(np.int32)
     model = joint.build(_replace(obs, vis=vis), joint.ModelConfig(precision="double"))
