@@ -205,7 +205,8 @@ def test_geometric_time_scale_is_the_sidelobe_crossing_time_over_two_pi(obs):
     leo = _replace(obs, orbits=orbits)
     config = run_config.model_config(run_config.load({"rfi": {"time_scale": "geometric"}}))
     times = joint.rfi_time_scales(leo, config)
-    fixed = joint.rfi_time_scales(leo, run_config.model_config(run_config.load({})))
+    fixed_config = run_config.load({"rfi": {"time_scale": "fixed"}})
+    fixed = joint.rfi_time_scales(leo, run_config.model_config(fixed_config))
     np.testing.assert_array_equal(fixed, 100.0)
 
     centre = obs.ant_itrf.mean(axis=0)

@@ -42,7 +42,7 @@ _RFI = Section(
     {
         "corr_time_s": Option(float, 100.0, "correlation time of the signal", "s", min=1e-3),
         "time_scale": Option(
-            str, "fixed", "fixed: corr_time_s for every satellite; geometric: each satellite's "
+            str, "geometric", "fixed: corr_time_s for every satellite; geometric: each satellite's "
             "own, the time it takes to cross a sidelobe of the station beam over 2 pi, at most "
             "corr_time_s", choices=rfi_signal.TIME_SCALES,
         ),
