@@ -108,6 +108,23 @@ def write_json(records, path: Path | None, stem: str) -> Path:
     return path
 
 
+def interleaved_rounds(runs: dict, rounds: int, steps: int) -> None:
+    """Time ``steps`` steps of every run in turn, ``rounds`` times, so that a change of load on
+    a shared machine touches every run alike; each run's per-step seconds are appended to its
+    ``per_step``. runs: name -> {"step", "state", "inputs", "per_step"} (state is updated)."""
+    import time
+
+    import jax
+
+    for _ in range(rounds):
+        for run in runs.values():
+            start = time.perf_counter()
+            for _ in range(steps):
+                run["state"], loss, _aux = run["step"](run["state"], run["inputs"])
+            jax.block_until_ready(loss)
+            run["per_step"].append((time.perf_counter() - start) / steps)
+
+
 def gb(n_bytes) -> str:
     return f"{n_bytes / 1e9:.3f}"
 

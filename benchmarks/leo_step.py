@@ -108,13 +108,7 @@ def main(argv=None) -> list[dict]:
         runs[name] = {"step": step, "state": state, "inputs": inputs, "first_seconds": first,
                       "per_step": [], "groups": model.info["rfi_groups"]}  # fmt: skip
         print(f"{name}: groups {model.info['rfi_groups']}; compiled and first step {first:.1f} s")
-    for _ in range(options.rounds):
-        for run in runs.values():
-            start = time.perf_counter()
-            for _ in range(options.steps):
-                run["state"], loss, _aux = run["step"](run["state"], run["inputs"])
-            jax.block_until_ready(loss)
-            run["per_step"].append((time.perf_counter() - start) / options.steps)
+    _common.interleaved_rounds(runs, options.rounds, options.steps)
     errors = _rfi_errors(obs, options.variants)
     base = _common.provenance(["benchmarks/leo_step.py", *(argv or sys.argv[1:])])
     print(f"{'variant':>15} {'median s':>9} {'min s':>8} {'max err/noise':>14} {'rms':>9}")

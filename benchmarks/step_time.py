@@ -87,13 +87,7 @@ def main(argv=None) -> list[dict]:
             "per_step": [],
         }
         print(f"{axis}: compiled and first step in {runs[axis]['first_seconds']:.1f} s")
-    for _ in range(options.rounds):
-        for run in runs.values():
-            start = time.perf_counter()
-            for _ in range(options.steps):
-                run["state"], loss, _aux = run["step"](run["state"], run["inputs"])
-            jax.block_until_ready(loss)
-            run["per_step"].append((time.perf_counter() - start) / options.steps)
+    _common.interleaved_rounds(runs, options.rounds, options.steps)
     base = _common.provenance(["benchmarks/step_time.py", *(argv or sys.argv[1:])])
     reference = statistics.median(runs["source"]["per_step"]) if "source" in runs else None
     print(f"{'axis':>8} {'median s':>9} {'min s':>8} {'/ source':>9}")
