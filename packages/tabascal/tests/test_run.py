@@ -31,7 +31,18 @@ def test_run_writes_results_summary_and_plots(obs, tmp_path):
         assert key in written
     assert written["steps"] == 4 and written["shard_axis"] == "none"
     assert len(written["per_device_peak_bytes"]) == written["n_devices"]
-    assert set(written["truth"]) == {"sky", "rfi", "gains", "raw_data"}
+    assert set(written["truth"]) == {"sky", "rfi", "gains", "raw_data", "apparent_sky"}
+    # The apparent sky and the gains over their spread, against numpy from the outputs.
+    results = zarr.open_group(str(out / "results.zarr"), mode="r")
+    g, t = results["gains"][...], obs.truth
+    a1, a2 = obs.a1, obs.a2
+    fitted = g[a1] * results["sky_vis"][...] * g[a2].conj()
+    true = t.gains[a1] * t.sky_vis * t.gains[a2].conj()
+    apparent = np.sqrt(np.mean(np.abs(fitted - true) ** 2))
+    assert written["truth"]["apparent_sky"]["rmse"] == pytest.approx(apparent, rel=1e-5)
+    spread = np.sqrt(np.mean(np.abs(t.gains - 1) ** 2))
+    error = np.sqrt(np.mean(np.abs(g - t.gains) ** 2))
+    assert written["truth"]["gains"]["over_spread"] == pytest.approx(error / spread, rel=1e-5)
     results = zarr.open_group(str(out / "results.zarr"), mode="r")
     n_bl, n_freq, n_time = obs.vis.shape
     for name in ("sky_vis", "rfi_vis", "model_vis", "residual"):

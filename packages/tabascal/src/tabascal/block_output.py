@@ -151,7 +151,7 @@ def truth_metrics(prediction, spec, read_truth, a1, a2, noise_mean: float) -> di
     """
     mesh = spec.mesh
     here = jax.process_index()
-    sums = np.zeros(3, np.float64)
+    sums = np.zeros(4, np.float64)
     fitted_gains = np.asarray(prediction.gains.addressable_data(0))
     true_gains = None
     for block in blocks(spec):
@@ -164,17 +164,29 @@ def truth_metrics(prediction, spec, read_truth, a1, a2, noise_mean: float) -> di
         b1, b2 = np.asarray(a1)[block.rows], np.asarray(a2)[block.rows]
         fitted_rfi = np.asarray(gains.apply(rfi, fitted_gains, b1, b2))
         true_rfi = np.asarray(gains.apply(truth.rfi_vis, truth.gains, b1, b2))
+        fitted_sky = np.asarray(gains.apply(sky, fitted_gains, b1, b2))
+        true_sky = np.asarray(gains.apply(truth.sky_vis, truth.gains, b1, b2))
         sums += [
             np.sum(np.abs(sky - truth.sky_vis) ** 2),
             np.sum(np.abs(fitted_rfi - true_rfi) ** 2),
             np.sum(np.abs(truth.vis - truth.sky_vis) ** 2),
+            np.sum(np.abs(fitted_sky - true_sky) ** 2),
         ]
     total = distributed.gather_exact(sums).sum(axis=0)
     count = spec.model.n_bl * spec.model.n_freq * spec.model.n_time
     out = {}
-    for name, value in zip(("sky", "rfi", "raw_data"), np.sqrt(total / count), strict=True):
+    names = ("sky", "rfi", "raw_data", "apparent_sky")
+    for name, value in zip(names, np.sqrt(total / count), strict=True):
         out[name] = {"rmse": float(value), "rmse_over_noise": float(value) / noise_mean}
     if true_gains is None:  # this process holds no rows
         true_gains = read_truth(np.arange(0, dtype=np.int64)).gains
-    out["gains"] = {"rmse": float(np.sqrt(np.mean(np.abs(fitted_gains - true_gains) ** 2)))}
+    out["gains"] = gains_error(fitted_gains, true_gains)
     return out
+
+
+def gains_error(fitted, true) -> dict:
+    """rmse of the fitted gains, and over_spread: that over the rms of the true gains'
+    departure from 1 (1 or more: the gains were not learned; None for unit true gains)."""
+    rmse = float(np.sqrt(np.mean(np.abs(np.asarray(fitted) - np.asarray(true)) ** 2)))
+    spread = float(np.sqrt(np.mean(np.abs(np.asarray(true) - 1) ** 2)))
+    return {"rmse": rmse, "over_spread": rmse / spread if spread > 0 else None}

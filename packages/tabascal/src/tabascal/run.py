@@ -92,8 +92,9 @@ def truth_metrics(prediction: joint.Prediction, obs, noise: float) -> dict:
     ``sky``: the fitted sky against the true sky. ``rfi``: the RFI as it appears in the data,
     g[a1] V_rfi conj(g[a2]), against the same from the truth (the product is what the data
     constrain: a gain error is indistinguishable from an RFI amplitude error). ``gains``: the
-    fitted gains against the true ones. ``raw_data``: the data against the true sky, the error
-    of doing nothing.
+    fitted gains against the true ones, and over the true gains' spread. ``raw_data``: the
+    data against the true sky, the error of doing nothing. ``apparent_sky``: the sky as it
+    appears in the data, g[a1] V_sky conj(g[a2]), against the truth's.
     """
     t = obs.truth
     a1, a2 = np.asarray(obs.a1), np.asarray(obs.a2)
@@ -102,15 +103,17 @@ def truth_metrics(prediction: joint.Prediction, obs, noise: float) -> dict:
     pairs = {
         "sky": (prediction.sky, t.sky_vis),
         "rfi": (fitted_rfi, true_rfi),
-        "gains": (prediction.gains, t.gains),
         "raw_data": (obs.vis, t.sky_vis),
+        "apparent_sky": (
+            gains.apply(prediction.sky, prediction.gains, a1, a2),
+            gains.apply(t.sky_vis, t.gains, a1, a2),
+        ),
     }
     out = {}
     for name, (fitted, true) in pairs.items():
         value = _rmse(fitted, true)
-        out[name] = {"rmse": value}
-        if name != "gains":
-            out[name]["rmse_over_noise"] = value / noise
+        out[name] = {"rmse": value, "rmse_over_noise": value / noise}
+    out["gains"] = block_output.gains_error(prediction.gains, t.gains)
     return out
 
 
