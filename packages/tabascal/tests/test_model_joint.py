@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tabascal import fit, run_config
+from tabascal import fit, geometry, run_config
 from tabascal.cli_fit import DEMO_CONFIG
 from tabascal.geometry import CircularOrbits
-from tabascal.model import joint, rfi_vis
+from tabascal.model import joint, rfi_signal, rfi_vis
 from tabascal.store import read_observation
 
 
@@ -175,13 +175,53 @@ def test_without_satellites_the_model_has_no_rfi_term(obs):
     assert np.any(np.asarray(prediction.sky))
 
 
-def test_satellite_below_the_horizon_throughout_is_refused(obs):
+def test_satellite_below_the_horizon_throughout_is_left_out_with_a_warning(obs, caplog):
     o = obs.orbits
     # Move the first satellite's orbit half a revolution on: it is then on the far side of
     # the Earth for the whole (one-minute) observation.
     moved = dataclasses.replace(o, arg_lat_rad=o.arg_lat_rad + np.array([np.pi, 0.0]))
-    with pytest.raises(ValueError, match="below the horizon"):
-        joint.build(_replace(obs, orbits=moved), joint.ModelConfig())
+    with caplog.at_level("WARNING"):
+        model = joint.build(_replace(obs, orbits=moved), joint.ModelConfig())
+    assert "left out of the fit" in caplog.text and o.label(0) in caplog.text
+    assert model.info["rfi_in_view_fraction"] == [0.0, 1.0]
+    amp = rfi_signal.forward(model.params.rfi, model.constants.rfi_signal)
+    assert np.all(np.asarray(amp[:, 0]) == 0) and np.all(np.asarray(amp[:, 1]) != 0)
+
+
+def test_a_satellite_out_of_view_adds_exactly_zero_and_gets_no_gradient(obs):
+    """With the minimum elevation between a satellite's lowest and highest, its signal is
+    exactly zero in the integrations below it, and nothing there reaches its parameters."""
+    elevation = np.rad2deg(
+        geometry.satellite_elevation(obs.ant_itrf, obs.orbits, obs.times_s, obs.gast0_rad)
+    )
+    limit = float(np.median(elevation[0]))
+    below = elevation[0] <= limit
+    assert 0 < below.sum() < obs.n_time
+    config = run_config.model_config(run_config.load({"satellites": {"min_elevation_deg": limit}}))
+    model = joint.build(obs, config, init="prior", seed=1)
+    signal = model.constants.rfi_signal
+
+    def masked_power(params):
+        amp = rfi_signal.forward(params, signal)
+        return jnp.sum(jnp.abs(amp[:, 0][..., below]) ** 2)
+
+    amp = np.asarray(rfi_signal.forward(model.params.rfi, signal))
+    assert np.all(amp[:, 0][..., below] == 0) and np.all(amp[:, 0][..., ~below] != 0)
+    assert float(masked_power(model.params.rfi)) == 0.0
+    grad = jax.grad(masked_power)(model.params.rfi).z
+    assert np.all(np.asarray(grad) == 0)
+    # Its visibilities with every other satellite's signal zeroed vanish in those cells too.
+    z = np.asarray(model.params.rfi.z).copy()
+    z[:, 1] = 0
+    alone = model.params.rfi._replace(z=jnp.asarray(z))
+    mean = np.asarray(signal.mean).copy()
+    mean[:, 1] = 0
+    constants = model.constants._replace(rfi_signal=signal._replace(mean=jnp.asarray(mean)))
+    vis = np.asarray(joint.predict_rfi(alone, constants, model.spec))
+    inside = below.copy()  # cells whose time stencil reaches an in-view cell may interpolate
+    inside[1:] &= below[:-1]
+    inside[:-1] &= below[1:]
+    assert np.any(inside) and np.all(vis[..., inside] == 0)
 
 
 def test_truth_initialisation_only_when_asked(obs):

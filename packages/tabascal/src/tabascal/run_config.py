@@ -121,6 +121,10 @@ SCHEMA = Section(
                 "tle_file": Option(
                     str, None, "TLE file whose orbits replace the observation's", nullable=True
                 ),
+                "min_elevation_deg": Option(
+                    float, 0.0, "a satellite contributes no RFI where it is at or below this "
+                    "elevation at the array centre", "deg", min=-90.0, max=90.0,
+                ),
                 "catalogue_numbers": Option(
                     list, None, "NORAD catalogue numbers to take from tle_file; null takes "
                     "every satellite in it", items=int, nullable=True,
@@ -182,6 +186,7 @@ def model_config(config: dict) -> joint.ModelConfig:
         sky_sigma=s["sigma"],
         rfi_sigma=r["sigma"],
         fov_radius_deg=s["fov_radius_deg"],
+        min_elevation_deg=config["satellites"]["min_elevation_deg"],
         precision=config["precision"],
     )  # fmt: skip
 

@@ -46,6 +46,8 @@ class ModelConfig:
 
     fov_radius_deg: radius of the sky field whose fringes the sky prior must follow; None
       takes the station beam's first null at the lowest channel, 1.22 c / (f_min D).
+    min_elevation_deg: a satellite contributes nothing where it is at or below this elevation
+      at the array centre (0: the horizon).
     precision: "single" (complex64) or "double" (complex128).
     """
 
@@ -56,6 +58,7 @@ class ModelConfig:
     sky_sigma: float | None = None
     rfi_sigma: float | None = None
     fov_radius_deg: float | None = None
+    min_elevation_deg: float = 0.0
     precision: str = "single"
 
 
@@ -153,17 +156,26 @@ def check_metadata(meta) -> None:
     """Refuse observations whose geometry the model cannot fit (host, metadata only)."""
     if meta.orbits.n_sat == 0:
         logger.info("the observation has no satellites: the model is the sky and the gains")
-        return
+
+
+def satellites_in_view(meta, config: ModelConfig) -> np.ndarray:
+    """(n_sat, n_time) bool: each satellite above ``config.min_elevation_deg`` at the array
+    centre at each integration's centre. A satellite in view at no time is left out of the fit
+    (its signal is zero throughout), with a warning."""
+    if meta.n_sat == 0:
+        return np.zeros((0, meta.n_time), bool)
     elevation = geometry.satellite_elevation(
         meta.ant_itrf, meta.orbits, meta.times_s, meta.gast0_rad
     )
-    below = np.flatnonzero(np.all(elevation <= 0, axis=1))
-    if below.size:
-        names = ", ".join(meta.orbits.label(int(s)) for s in below)
-        raise ValueError(
-            f"satellite(s) {names} stay below the horizon for the whole observation; "
-            "remove them from the store's orbits"
-        )
+    in_view = elevation > np.deg2rad(config.min_elevation_deg)
+    never = np.flatnonzero(~in_view.any(axis=1))
+    if never.size:
+        names = ", ".join(meta.orbits.label(int(s)) for s in never)
+        logger.warning(
+            "satellite(s) %s stay at or below %.1f deg elevation for the whole observation: "
+            "left out of the fit (no RFI from them)", names, config.min_elevation_deg,
+        )  # fmt: skip
+    return in_view
 
 
 def check_observation(obs) -> None:
@@ -297,11 +309,12 @@ def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None 
     n_ant, n_src, n_freq, n_time = meta.n_ant, meta.n_sat, meta.n_freq, meta.n_time
     geom = observation_geometry(meta, config) if geom is None else geom
     specs, tables, group_sizes = _groups(meta, geom, snr, config, real)
+    in_view = satellites_in_view(meta, config)
     spec = ModelSpec(meta.n_bl, n_ant, n_src, n_freq, n_time, specs, config.rfi_vis)
     rfi_c = rfi_signal.make_constants(
         config.rfi_signal, n_ant, n_src, n_freq, n_time, meta.chan_width, meta.int_time,
         scale=rfi_level, mean=rfi_level if init in ("data", "fringe") else 0.0,
-        corr_time_s=rfi_time_scales(meta, config), dtype=real,
+        corr_time_s=rfi_time_scales(meta, config), in_view=in_view, dtype=real,
     )  # fmt: skip
     gains_c = gains.make_constants(config.gains, n_ant, n_freq, n_time, meta.int_time, dtype=real)
     constants = ModelConstants(
@@ -318,6 +331,7 @@ def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None 
         "rfi_snr": snr,
         "rfi_level": rfi_level,
         "rfi_corr_time_s": [float(t) for t in rfi_time_scales(meta, config)],
+        "rfi_in_view_fraction": [float(f) for f in in_view.mean(axis=1)],
         "sky_modes": [grid.half_freq * 2 + 1, grid.half_time * 2 + 1],
         "fov_radius_deg": float(np.rad2deg(geom.fov_radius_rad)),
     }

@@ -84,7 +84,9 @@ class RfiSignalConstants(NamedTuple):
 
     dft_freq: (n_freq, n_kf) complex; dft_time: (n_time, n_kt) complex;
     weight_freq: (n_kf,) real; weight_time: (1, n_src, n_kt) real, each source's own;
-    scale: (n_ant, n_src) real; mean: (n_ant, n_src) complex.
+    scale: (n_ant, n_src) real; mean: (n_ant, n_src) complex; mask: (1, n_src, 1, n_time)
+    real, 1 where the source is in view and 0 where it is not (below the horizon or a minimum
+    elevation): there the signal is exactly zero and its parameters get no gradient.
     """
 
     dft_freq: jax.Array
@@ -93,6 +95,7 @@ class RfiSignalConstants(NamedTuple):
     weight_time: jax.Array
     scale: jax.Array
     mean: jax.Array
+    mask: jax.Array
 
 
 def make_constants(
@@ -107,6 +110,7 @@ def make_constants(
     scale=None,
     mean=0.0,
     corr_time_s=None,
+    in_view=None,
     dtype=np.float64,
 ) -> RfiSignalConstants:
     """Constants of ``forward`` (host, float64, then cast).
@@ -114,7 +118,8 @@ def make_constants(
     chan_width: channel spacing (Hz); int_time: integration time (s).
     scale: prior std per cell, scalar or broadcastable to (n_ant, n_src); ``config.amp_sigma``
     when None. mean: complex, broadcastable to (n_ant, n_src). corr_time_s: correlation time
-    (s) of each source, (n_src,) or a scalar; ``config.corr_time_s`` when None.
+    (s) of each source, (n_src,) or a scalar; ``config.corr_time_s`` when None. in_view:
+    (n_src, n_time) bool, where each source is in view; everywhere when None.
     dtype: real dtype, float32 or float64; complex arrays get the matching complex dtype.
     """
     if min(n_ant, n_freq, n_time) < 1 or n_src < 0 or not (chan_width > 0 and int_time > 0):
@@ -156,6 +161,10 @@ def make_constants(
         weight_time=jnp.asarray(weight_time, real),
         scale=jnp.asarray(scale, real),
         mean=jnp.asarray(mean, cplx),
+        mask=jnp.asarray(
+            np.broadcast_to(True if in_view is None else in_view, (n_src, n_time))[None, :, None],
+            real,
+        ),
     )
 
 
@@ -179,7 +188,7 @@ def forward(params: RfiSignalParams, constants: RfiSignalConstants) -> jax.Array
     """RFI signal, (n_ant, n_src, n_freq, n_time) complex (formula in the module docstring)."""
     z = _fourier.complex_from_stacked(params.z)
     amp = _fourier.modes_to_grid(z, _amplitude(constants), constants.dft_freq, constants.dft_time)
-    return amp + constants.mean[:, :, None, None]
+    return (amp + constants.mean[:, :, None, None]) * constants.mask
 
 
 def prior(params: RfiSignalParams) -> jax.Array:

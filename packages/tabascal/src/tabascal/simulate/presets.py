@@ -125,7 +125,8 @@ SCHEMA = Section(
             },
         ),
         "satellites": Section(
-            "transmitters on circular orbits, above the horizon throughout",
+            "transmitters on circular orbits: random ones above min_elevation_deg throughout, "
+            "explicit ones rising or setting as their orbits take them",
             {
                 "count": Option(int, 2, "random visible satellites", min=0),
                 "kinds": Option(

@@ -93,7 +93,9 @@ def _rfi_inputs(scene: Scene, times: np.ndarray):
     tau = geo.rfi_delays(m.ant_itrf, m.orbits, flat, *args, n_deriv=0)[..., 0]
     range_m, sin_off = geo.satellite_sightlines(m.ant_itrf, m.orbits, flat, *args)
     eirp = scene.rfi.eirp_w_hz[:, None] * scene.rfi.time_factor(flat)  # (s, t)
-    amp0 = np.sqrt(eirp[None] / (4 * np.pi * range_m**2) / JY)
+    # Below the horizon the Earth is in the way.
+    up = geo.satellite_elevation(m.ant_itrf, m.orbits, flat, m.gast0_rad) > 0  # (s, t)
+    amp0 = np.sqrt(eirp[None] / (4 * np.pi * range_m**2) / JY) * up[None]
     shape = (m.n_ant, m.n_sat, *times.shape)
     return tuple(np.moveaxis(a.reshape(shape), 2, 0) for a in (amp0, tau, sin_off))
 

@@ -1,10 +1,12 @@
-"""The simulation's satellites: circular orbits above the horizon throughout, and their emission.
+"""The simulation's satellites: circular orbits, and their emission.
 
 Random satellites are placed by choosing where each one is at mid-observation (an azimuth and
 an elevation above ``min_elevation_deg``, at its kind's altitude) and solving for the orbit of
 its kind's inclination through that point; a draw is kept when the satellite stays above
 ``min_elevation_deg`` and at least ``min_separation_deg`` from the phase centre for the whole
-observation. Explicit orbits are refused, by name, if they are ever below the horizon.
+observation. Explicit orbits may rise or set during the observation (a LEO pass lasts minutes):
+their RFI is zero while they are below the horizon at the array centre. One that never rises is
+refused by name.
 """
 
 from __future__ import annotations
@@ -59,7 +61,8 @@ def _check_times(duration_s: float) -> np.ndarray:
 
 
 def refuse_invisible(orbits: geo.CircularOrbits, ant_itrf, duration_s, gast0_rad) -> None:
-    """Raise SimulationError naming any satellite below the horizon during the observation."""
+    """Raise SimulationError naming any satellite that never rises during the observation
+    (one that rises or sets during it is simulated, its RFI zero while below the horizon)."""
     el = np.rad2deg(geo.satellite_elevation(ant_itrf, orbits, _check_times(duration_s), gast0_rad))
     for s in range(orbits.n_sat):
         lo, hi = el[s].min(), el[s].max()
@@ -67,11 +70,6 @@ def refuse_invisible(orbits: geo.CircularOrbits, ant_itrf, duration_s, gast0_rad
             raise SimulationError(
                 f"satellite '{orbits.label(s)}' never rises during the observation (elevation "
                 f"{lo:.1f} to {hi:.1f} deg); change its raan_deg or arg_lat_deg"
-            )
-        if lo < 0:
-            raise SimulationError(
-                f"satellite '{orbits.label(s)}' is below the horizon for part of the observation "
-                f"(elevation {lo:.1f} to {hi:.1f} deg); it must stay above it throughout"
             )
 
 
