@@ -96,3 +96,28 @@ def test_checkpoint_of_another_shape_is_refused(tmp_path):
 def test_unknown_optimizer_is_refused_with_the_choices():
     with pytest.raises(ValueError, match="adabelief, adam, sgd"):
         fit.make_optimizer(fit.FitConfig(optimizer="lbfgs"))
+
+
+@pytest.mark.usefixtures("x64")
+def test_fit_stops_where_the_loss_has_settled_and_not_before():
+    """SGD on 1 + x^2 / 2 from x = 1: x_n = 0.8^n, so the loss 1 + 0.32 0.64^n settles; the fit
+    stops at the first step where it fell by less than stop_tolerance of itself over
+    stop_window steps, found here from the closed form."""
+    config = fit.FitConfig(
+        optimizer="sgd", learning_rate=0.2, steps=500, stop_tolerance=1e-6, stop_window=20
+    )
+    optimizer = fit.make_optimizer(config)
+    step = fit.make_step(lambda x, _: (1 + 0.5 * x**2, {"chi2": x**2}), optimizer)
+    state, history = fit.run(
+        step, fit.init_state(jnp.array(1.0), optimizer), None, config, progress=False
+    )
+    # Each step reports the loss at the parameters it starts from: step k (1-based), 0.8^(k-1).
+    closed = 1 + 0.5 * 0.64 ** np.arange(500)
+    first = next(n for n in range(21, 501) if closed[n - 21] - closed[n - 1] < 1e-6 * closed[n - 1])
+    assert len(history.loss) == int(state.step) == first < 500  # 51 steps
+    np.testing.assert_allclose(history.loss, closed[:first], rtol=1e-12)
+    never = fit.FitConfig(optimizer="sgd", learning_rate=0.2, steps=60)
+    _, all_steps = fit.run(
+        step, fit.init_state(jnp.array(1.0), optimizer), None, never, progress=False
+    )
+    assert len(all_steps.loss) == 60

@@ -42,6 +42,9 @@ class FitConfig:
       steps: number of steps in the first phase.
       second_phase_steps: number of further steps at ``learning_rate / 10`` (0 for none).
       checkpoint_every: write a checkpoint every this many steps (0 for never).
+      stop_tolerance: stop before the ceiling ``total_steps`` once the loss has fallen by less
+        than this fraction of itself over the last ``stop_window`` steps (0: never stop early).
+      stop_window: steps over which the fall is measured.
     """
 
     optimizer: str = "adabelief"
@@ -49,6 +52,8 @@ class FitConfig:
     steps: int = 500
     second_phase_steps: int = 0
     checkpoint_every: int = 0
+    stop_tolerance: float = 0.0
+    stop_window: int = 50
 
     @property
     def total_steps(self) -> int:
@@ -113,7 +118,8 @@ def run(
     checkpoint_dir: Path | None = None,
     progress: bool = True,
 ) -> tuple[FitState, FitHistory]:
-    """Take steps until ``config.total_steps`` have been taken in all.
+    """Take steps until ``config.total_steps`` have been taken in all, or the loss has
+    settled (``settled``).
 
     ``state`` may come from a checkpoint (``state.step > 0``), in which case ``history`` holds
     the earlier steps' figures. Checkpoints go to ``checkpoint_dir`` every
@@ -146,12 +152,25 @@ def run(
                 save_checkpoint(
                     checkpoint_dir, state, FitHistory(np.array(losses), np.array(chi2s))
                 )
+            if settled(losses, config):
+                logger.info("the loss has settled after %d steps; stopping", n)
+                break
     finally:
         bar.close()
     history = FitHistory(np.asarray(losses, np.float64), np.asarray(chi2s, np.float64))
     if checkpoint_dir is not None and config.checkpoint_every:
         save_checkpoint(checkpoint_dir, state, history)
     return state, history
+
+
+def settled(losses, config: FitConfig) -> bool:
+    """Whether the loss fell by less than ``stop_tolerance`` of itself over the last
+    ``stop_window`` steps (never when stop_tolerance is 0 or fewer steps were taken)."""
+    window = config.stop_window
+    if config.stop_tolerance <= 0 or len(losses) <= window:
+        return False
+    fall = losses[-window - 1] - losses[-1]
+    return fall < config.stop_tolerance * abs(losses[-1])
 
 
 def _leaf_names(tree) -> list[str]:

@@ -108,6 +108,12 @@ SCHEMA = Section(
                 "checkpoint_every": Option(
                     int, 100, "checkpoint every this many steps (0 = never)", min=0
                 ),
+                "stop_tolerance": Option(
+                    float, 0.0, "stop before the steps run out once the loss falls by less "
+                    "than this fraction of itself over stop_window steps (0 = never)", min=0.0,
+                ),
+                "stop_window": Option(int, 50, "steps over which stop_tolerance is measured",
+                                      min=1),
                 "init": Option(str, "data", "initial parameters: data-based estimates, a draw "
                                "from the prior, the store's truth, or data-based estimates with "
                                "each satellite's RFI from the fringe-stopped data",
@@ -199,6 +205,8 @@ def fit_config(config: dict) -> fit.FitConfig:
         steps=f["steps"],
         second_phase_steps=f["second_phase_steps"],
         checkpoint_every=f["checkpoint_every"],
+        stop_tolerance=f["stop_tolerance"],
+        stop_window=f["stop_window"],
     )
 
 
