@@ -17,6 +17,7 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
         os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
     ).strip()
 
+import hypothesis
 import jax  # after XLA_FLAGS is set
 import pytest
 
@@ -41,3 +42,19 @@ def x64():
     """jax's 64-bit mode for one test, restored after it."""
     with jax.enable_x64(True):
         yield
+
+
+# Property tests draw the same examples on every run unless HYPOTHESIS_PROFILE says otherwise,
+# so that a CI failure reproduces anywhere with the same command; "explore" draws fresh ones.
+hypothesis.settings.register_profile("ci", derandomize=True, print_blob=True)
+hypothesis.settings.register_profile("explore", derandomize=False, print_blob=True)
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+hypothesis.settings.load_profile(HYPOTHESIS_PROFILE)
+
+
+def pytest_report_header(config):
+    current = hypothesis.settings()
+    return (
+        f"hypothesis profile {HYPOTHESIS_PROFILE!r}: derandomize={current.derandomize}, "
+        f"max_examples={current.max_examples} (HYPOTHESIS_PROFILE=explore for fresh examples)"
+    )
