@@ -7,8 +7,9 @@ The scenario (a simulation config over the demo preset) is simulated once into a
 store; each variant (a set of ``rfi`` config keys) builds the model from it as ``tabascal run``
 does (init ``data``), compiles its step, and the variants then take ``--steps`` steps each in
 turn for ``--rounds`` rounds, so that a change of load on a shared machine touches each alike.
-Reported per variant: the RFI groups, the median per-step time, and the RFI visibilities'
-error against a reference of the same parameters (analytic in time with the conservative
+Reported per variant: the RFI groups, the median per-step time, where it goes (the value and
+gradient of each component alone: RFI, sky, gains), and the RFI visibilities' error against a
+reference of the same parameters (analytic in time with the conservative
 options segments 4, terms 16; Gauss-Legendre in frequency at a 1e-4 tolerance), in float64,
 as the largest and rms error over the noise.
 """
@@ -77,6 +78,37 @@ def _rfi_errors(obs, variants) -> dict:
     return out
 
 
+def _component_seconds(model, repeats: int = 3) -> dict:
+    """Median seconds of a value and gradient of each model component alone (the sum of its
+    output's |x|^2 with respect to its own parameters), compiled first: where a step's time
+    goes. The rest of the step (gains applied, likelihood, optimiser) is the difference."""
+    import statistics
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    from tabascal.model import gains, joint, sky
+
+    c, spec, params = model.constants, model.spec, model.params
+    parts = {
+        "rfi": (lambda p: jnp.sum(jnp.abs(joint.predict_rfi(p, c, spec)) ** 2), params.rfi),
+        "sky": (lambda p: jnp.sum(jnp.abs(sky.forward(p, c.sky)) ** 2), params.sky),
+        "gains": (lambda p: jnp.sum(jnp.abs(gains.forward(p, c.gains)) ** 2), params.gains),
+    }
+    out = {}
+    for name, (fn, p) in parts.items():
+        run = jax.jit(jax.value_and_grad(fn))
+        jax.block_until_ready(run(p))
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            jax.block_until_ready(run(p))
+            times.append(time.perf_counter() - start)
+        out[name] = statistics.median(times)
+    return out
+
+
 def main(argv=None) -> list[dict]:
     options = _arguments(argv)
     import jax
@@ -106,24 +138,29 @@ def main(argv=None) -> list[dict]:
         jax.block_until_ready(loss)
         first = time.perf_counter() - start
         runs[name] = {"step": step, "state": state, "inputs": inputs, "first_seconds": first,
-                      "per_step": [], "groups": model.info["rfi_groups"]}  # fmt: skip
+                      "per_step": [], "groups": model.info["rfi_groups"],
+                      "components": _component_seconds(model)}  # fmt: skip
         print(f"{name}: groups {model.info['rfi_groups']}; compiled and first step {first:.1f} s")
     _common.interleaved_rounds(runs, options.rounds, options.steps)
     errors = _rfi_errors(obs, options.variants)
     base = _common.provenance(["benchmarks/leo_step.py", *(argv or sys.argv[1:])])
-    print(f"{'variant':>15} {'median s':>9} {'min s':>8} {'max err/noise':>14} {'rms':>9}")
+    print(f"{'variant':>15} {'median s':>9} {'min s':>8} {'max err/noise':>14} {'rms':>9} "
+          f"{'rfi s':>7} {'sky s':>7} {'gains s':>7}")  # fmt: skip
     records = []
     for name, run in runs.items():
         median = statistics.median(run["per_step"])
         e = errors[name]
+        k = run["components"]
         print(f"{name:>15} {median:9.3f} {min(run['per_step']):8.3f} "
-              f"{e['max_over_noise']:14.2e} {e['rms_over_noise']:9.2e}")  # fmt: skip
+              f"{e['max_over_noise']:14.2e} {e['rms_over_noise']:9.2e} "
+              f"{k['rfi']:7.3f} {k['sky']:7.3f} {k['gains']:7.3f}")  # fmt: skip
         records.append({
             **base, "scenario": options.scenario.name, "variant": name, "rfi": VARIANTS[name],
             "rfi_groups": run["groups"], "rounds": options.rounds,
             "steps_per_round": options.steps, "step_seconds_median": median,
             "step_seconds_per_round": run["per_step"], "first_step_seconds": run["first_seconds"],
             "rfi_error_vs_reference": e, "reference": REFERENCE,
+            "component_value_and_grad_seconds": run["components"],
             "load_average": list(os.getloadavg()),
         })  # fmt: skip
     path = _common.write_json(records, options.json, "leo_step")
