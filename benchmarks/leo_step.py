@@ -129,6 +129,7 @@ def main(argv=None) -> list[dict]:
     runs = {}
     for name in options.variants:
         model, config = _model(obs, VARIANTS[name], "single")
+        components = _component_seconds(model)  # before the step donates the parameters
         optimizer = fit.make_optimizer(rc.fit_config(config))
         step = fit.make_step(lambda p, i, s=model.spec: joint.loss(p, i, s), optimizer)
         inputs = (model.constants, model.data)
@@ -139,7 +140,7 @@ def main(argv=None) -> list[dict]:
         first = time.perf_counter() - start
         runs[name] = {"step": step, "state": state, "inputs": inputs, "first_seconds": first,
                       "per_step": [], "groups": model.info["rfi_groups"],
-                      "components": _component_seconds(model)}  # fmt: skip
+                      "components": components}  # fmt: skip
         print(f"{name}: groups {model.info['rfi_groups']}; compiled and first step {first:.1f} s")
     _common.interleaved_rounds(runs, options.rounds, options.steps)
     errors = _rfi_errors(obs, options.variants)
