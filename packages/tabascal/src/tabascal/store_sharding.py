@@ -234,7 +234,6 @@ def build(
             f"init {init!r}: a model built block by block starts from 'data' or 'prior'"
         )
     meta = source.meta
-    joint.check_metadata(meta)
     real = np.dtype(joint.PRECISIONS[config.precision])
     cplx = np.result_type(real, np.complex64)
     n_bl, n_dev = meta.n_bl, mesh.size

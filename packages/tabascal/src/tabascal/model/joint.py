@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 # every row in one process, as "truth" does.
 INITS = ("data", "prior", "truth", "fringe")
 WHOLE_OBSERVATION_INITS = ("truth", "fringe")
+FROM_DATA_INITS = ("data", "fringe")  # the priors' means start from the data
 PRECISIONS = {"single": np.float32, "double": np.float64}
 
 
@@ -152,17 +153,12 @@ def _fov_radius_rad(config: ModelConfig, meta) -> float:
     return float(1.22 * geometry.C / (np.min(meta.freqs_hz) * meta.dish_diameter_m))
 
 
-def check_metadata(meta) -> None:
-    """Refuse observations whose geometry the model cannot fit (host, metadata only)."""
-    if meta.orbits.n_sat == 0:
-        logger.info("the observation has no satellites: the model is the sky and the gains")
-
-
 def satellites_in_view(meta, config: ModelConfig) -> np.ndarray:
     """(n_sat, n_time) bool: each satellite above ``config.min_elevation_deg`` at the array
     centre at each integration's centre. A satellite in view at no time is left out of the fit
     (its signal is zero throughout), with a warning."""
     if meta.n_sat == 0:
+        logger.info("the observation has no satellites: the model is the sky and the gains")
         return np.zeros((0, meta.n_time), bool)
     elevation = geometry.satellite_elevation(
         meta.ant_itrf, meta.orbits, meta.times_s, meta.gast0_rad
@@ -184,7 +180,6 @@ def check_observation(obs) -> None:
         raise ValueError("every visibility is flagged: there is nothing to fit")
     likelihood.validate_vis(obs.vis, obs.flags)
     likelihood.resolve_noise(obs.noise, obs.vis.shape[0])
-    check_metadata(obs)
 
 
 def _data(obs, real) -> Data:
@@ -310,11 +305,12 @@ def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None 
     geom = observation_geometry(meta, config) if geom is None else geom
     specs, tables, group_sizes = _groups(meta, geom, snr, config, real)
     in_view = satellites_in_view(meta, config)
+    corr_time_s = rfi_time_scales(meta, config)
     spec = ModelSpec(meta.n_bl, n_ant, n_src, n_freq, n_time, specs, config.rfi_vis)
     rfi_c = rfi_signal.make_constants(
         config.rfi_signal, n_ant, n_src, n_freq, n_time, meta.chan_width, meta.int_time,
-        scale=rfi_level, mean=rfi_level if init in ("data", "fringe") else 0.0,
-        corr_time_s=rfi_time_scales(meta, config), in_view=in_view, dtype=real,
+        scale=rfi_level, mean=rfi_level if init in FROM_DATA_INITS else 0.0,
+        corr_time_s=corr_time_s, in_view=in_view, dtype=real,
     )  # fmt: skip
     gains_c = gains.make_constants(config.gains, n_ant, n_freq, n_time, meta.int_time, dtype=real)
     constants = ModelConstants(
@@ -330,7 +326,7 @@ def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None 
         "rfi_groups": group_sizes,
         "rfi_snr": snr,
         "rfi_level": rfi_level,
-        "rfi_corr_time_s": [float(t) for t in rfi_time_scales(meta, config)],
+        "rfi_corr_time_s": [float(t) for t in corr_time_s],
         "rfi_in_view_fraction": [float(f) for f in in_view.mean(axis=1)],
         "sky_modes": [grid.half_freq * 2 + 1, grid.half_time * 2 + 1],
         "fov_radius_deg": float(np.rad2deg(geom.fov_radius_rad)),
@@ -392,7 +388,7 @@ def build(obs, config: ModelConfig, *, init: str = "data", seed: int = 0) -> Mod
     sky_sigma = config.sky_sigma or max(MeanPower.from_rows(sky_mean).rms, stats.noise_median)
     sky_c = sky.make_constants(
         config.sky, frame.grid, frame.fringe_rate_hz, scale=sky_sigma,
-        mean=sky_mean if init in ("data", "fringe") else 0.0, dtype=real,
+        mean=sky_mean if init in FROM_DATA_INITS else 0.0, dtype=real,
     )  # fmt: skip
     sky_params = sky.init(sky_c, jax.random.key(seed + 1) if init == "prior" else None)
     if init == "truth":
@@ -436,7 +432,6 @@ def abstract_model(
     _check_init(init)
     if init == "truth":
         raise ValueError("abstract_model: init 'truth' needs the store's truth; use build")
-    check_metadata(meta)
     real = np.dtype(PRECISIONS[config.precision])
     cplx = np.result_type(real, np.complex64)
     frame = model_frame(meta, config, snr, rfi_level, init, seed, geom)

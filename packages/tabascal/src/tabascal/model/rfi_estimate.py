@@ -105,9 +105,11 @@ def estimate_rfi_signal(
     ]
     order = list(np.argsort(coherent)[::-1])
     amp = np.zeros((n_ant, n_src, *vis.shape[1:]), np.complex128)
+    # Every satellite's current contribution, (n_src, n_bl, n_freq, n_time), kept up to date.
+    own = np.zeros((n_src, *vis.shape), np.complex128)
     for _ in range(sweeps):
         for r in order:
-            others = np.einsum("bsft,bsft->bft", np.delete(fringe, r, axis=1),
-                               np.delete(amp[a1] * amp[a2].conj(), r, axis=1))  # fmt: skip
+            others = own.sum(axis=0) - own[r]
             amp[:, r] = fit(r, vis - others)
+            own[r] = fringe[:, r] * amp[a1, r] * amp[a2, r].conj()
     return amp
