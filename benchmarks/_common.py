@@ -29,8 +29,8 @@ def use_cpu_devices(n: int) -> None:
 
 def run_config(rfi: str, precision: str = "single", extra: dict | None = None) -> dict:
     """The validated run configuration of the benchmarks for an RFI route."""
-    from tabascal import run_config as rc
     from tabascal.config import merge
+    from tabascal.config import run_config as rc
 
     if rfi not in RFI_ROUTES:
         raise ValueError(f"rfi {rfi!r} is not known; choose one of {', '.join(RFI_ROUTES)}")
@@ -141,7 +141,7 @@ def preset_model(
     """The abstract model of a preset (metadata only) with prior scales that match data of
     unit noise: the RFI level gives |V| ~ snr noise on the shortest baselines, as the group
     planning assumes. Returns (abstract model, run configuration, geometry)."""
-    from tabascal import run_config as rc
+    from tabascal.config import run_config as rc
     from tabascal.model import joint
     from tabascal.simulate import presets
 

@@ -12,8 +12,8 @@ itself (``_common.synthetic_model``: a prior draw of sky, RFI signal and gains t
 ``--steps`` steps says how far a fit of that length gets, not how well real data are fitted.
 
 Each (channels, RFI) case runs in its own process, so the allocator's peak
-(``tabascal.memory.allocator_peak_bytes``) is that case's alone, and a case that runs out of
-memory or time is recorded and the next one still runs. The metadata geometry, the slow host
+(``tabascal.planning.memory.allocator_peak_bytes``) is that case's alone, and a case that runs
+out of memory or time is recorded and the next one still runs. The metadata geometry, the slow host
 part at 512 stations, is computed once per channel count and handed to both RFI routes. Step
 time: the median of the timed steps after ``--warmup`` steps (the first compiles). Each case's
 record is written as soon as it ends, to ``gpu_<time>.json`` under ``--out`` ($OUT by default,
@@ -67,9 +67,10 @@ def run_case(spec: dict) -> dict:
     """One (channels, RFI) case in this process: build, draw the data, fit, measure."""
     import jax
 
-    from tabascal import fit, memory
-    from tabascal import run_config as rc
+    from tabascal.config import run_config as rc
+    from tabascal.fitting import optimiser
     from tabascal.model import joint
+    from tabascal.planning import memory
 
     start = time.perf_counter()
     with open(spec["geometry"], "rb") as f:
@@ -82,10 +83,10 @@ def run_case(spec: dict) -> dict:
     after_data = memory.allocator_peak_bytes()
     seconds_setup = time.perf_counter() - start
     fit_config = rc.fit_config(config)
-    optimizer = fit.make_optimizer(fit_config)
-    step = fit.make_step(lambda p, i: joint.loss(p, i, model.spec), optimizer)
+    optimizer = optimiser.make_optimizer(fit_config)
+    step = optimiser.make_step(lambda p, i: joint.loss(p, i, model.spec), optimizer)
     inputs = (model.constants, model.data)
-    state = fit.init_state(model.params, optimizer)
+    state = optimiser.init_state(model.params, optimizer)
     start = time.perf_counter()
     compiled = step.lower(state, inputs).compile()
     seconds_compile = time.perf_counter() - start
@@ -115,7 +116,7 @@ def run_case(spec: dict) -> dict:
 
 
 def _geometry_file(preset, channels, extra, folder: Path) -> Path:
-    from tabascal import run_config as rc
+    from tabascal.config import run_config as rc
     from tabascal.model import joint
     from tabascal.simulate import presets
 

@@ -48,7 +48,7 @@ def _arguments(argv=None):
 
 
 def _model(obs, rfi: dict, precision: str):
-    from tabascal import run_config as rc
+    from tabascal.config import run_config as rc
     from tabascal.model import joint
 
     config = rc.load({"precision": precision, "rfi": rfi})
@@ -113,9 +113,9 @@ def main(argv=None) -> list[dict]:
     options = _arguments(argv)
     import jax
 
-    from tabascal import fit
-    from tabascal import run_config as rc
     from tabascal.config import load_yaml
+    from tabascal.config import run_config as rc
+    from tabascal.fitting import optimiser
     from tabascal.model import joint
     from tabascal.simulate import simulate, simulation_config
     from tabascal.store import read_observation
@@ -130,10 +130,10 @@ def main(argv=None) -> list[dict]:
     for name in options.variants:
         model, config = _model(obs, VARIANTS[name], "single")
         components = _component_seconds(model)  # before the step donates the parameters
-        optimizer = fit.make_optimizer(rc.fit_config(config))
-        step = fit.make_step(lambda p, i, s=model.spec: joint.loss(p, i, s), optimizer)
+        optimizer = optimiser.make_optimizer(rc.fit_config(config))
+        step = optimiser.make_step(lambda p, i, s=model.spec: joint.loss(p, i, s), optimizer)
         inputs = (model.constants, model.data)
-        state = fit.init_state(model.params, optimizer)
+        state = optimiser.init_state(model.params, optimizer)
         start = time.perf_counter()
         state, loss, _ = step(state, inputs)
         jax.block_until_ready(loss)

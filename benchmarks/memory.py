@@ -9,15 +9,15 @@ metadata alone (``tabascal.simulate.presets.observation_scene``: array layout, o
 no visibility is simulated) with ``joint.abstract_model``, the RFI signal-to-noise that sizes
 the fine sampling taken from ``presets.expected_snr`` (an upper estimate of the data's). Then,
 for each device count and axis ("none": one device; "source", "baseline"; "reuse": the baseline
-axis with the antenna-reuse plan), the route places the model (``tabascal.stages.
+axis with the antenna-reuse plan), the route places the model (``tabascal.planning.stages.
 place_abstract``: the data, the sky mean and the sky parameters stay abstract) and every stage
-is compiled (``tabascal.stages.compile_stages``: set-up, optimiser state, initial diagnostics,
-the optimisation step, the final prediction, the export).
+is compiled (``tabascal.planning.stages.compile_stages``: set-up, optimiser state, initial
+diagnostics, the optimisation step, the final prediction, the export).
 
 Reported per device: the bytes resident after placement (from each array's sharding), each
 stage's compiled arguments, outputs, temporaries and aliased bytes, and the peak estimate (the
-largest over the stages of resident bytes plus working set; see ``tabascal.stages``). XLA's CPU
-buffer assignment stands in for a GPU's: the figures are those of the programs, not of an
+largest over the stages of resident bytes plus working set; see ``tabascal.planning.stages``).
+XLA's CPU buffer assignment stands in for a GPU's: the figures are those of the programs, not of an
 allocator. The JSON is a list of records, one per (preset, channels, rfi, axis, devices).
 
 At one device only "none" runs when it is asked for (a sharded axis on one device is the same
@@ -72,7 +72,7 @@ def measure(model, axis: str, n_dev: int, fit_config) -> dict:
     """Place ``model`` (abstract) on ``axis`` over ``n_dev`` devices and compile its stages."""
     import jax
 
-    from tabascal import stages
+    from tabascal.planning import stages
 
     start = time.perf_counter()
     route = stages.route(axis)
@@ -120,8 +120,9 @@ def main(argv=None) -> list[dict]:
 
     import jax
 
-    from tabascal import run_config, stages
+    from tabascal.config import run_config
     from tabascal.model import joint
+    from tabascal.planning import stages
     from tabascal.simulate import presets
 
     jax.config.update("jax_enable_x64", False)

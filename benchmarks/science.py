@@ -70,15 +70,15 @@ def _fit(store: Path, out: Path, steps: int, run_overrides: dict) -> dict:
     import numpy as np
     import zarr
 
-    from tabascal import run, run_config
-    from tabascal.config import merge
+    from tabascal.config import merge, run_config
+    from tabascal.fitting import job
     from tabascal.store import read_observation
 
     obs = read_observation(store)
     fixed = {"fit": {"steps": steps, "checkpoint_every": 0}, "output": {"plots": False}}
     config = run_config.load(merge(run_overrides, fixed))
     start = time.perf_counter()
-    summary = run.run(obs, out, config, progress=False)
+    summary = job.run(obs, out, config, progress=False)
     seconds = time.perf_counter() - start
     results = zarr.open_group(str(out / "results.zarr"), mode="r")
     t, a1, a2 = obs.truth, np.asarray(obs.a1), np.asarray(obs.a2)

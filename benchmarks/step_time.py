@@ -47,8 +47,9 @@ def main(argv=None) -> list[dict]:
     _common.use_cpu_devices(options.devices)
     import jax
 
-    from tabascal import fit, stages
-    from tabascal import run_config as rc
+    from tabascal.config import run_config as rc
+    from tabascal.fitting import optimiser
+    from tabascal.planning import stages
 
     jax.config.update("jax_enable_x64", False)
     extra = {
@@ -59,7 +60,7 @@ def main(argv=None) -> list[dict]:
     abstract, config, _ = _common.preset_model("bench-96", options.channels, options.rfi, extra)
     model = _common.synthetic_model(abstract)
     fit_config = rc.fit_config(config)
-    optimizer = fit.make_optimizer(fit_config)
+    optimizer = optimiser.make_optimizer(fit_config)
     print(
         f"bench-96 at {options.stations} stations ({model.spec.n_bl} baselines), "
         f"{options.channels} channels, {options.times} cells, {options.satellites} satellites, "
@@ -73,9 +74,9 @@ def main(argv=None) -> list[dict]:
         else:
             placed = route.place(model, route.make_mesh(options.devices))
         inputs = (placed.constants, placed.data)
-        step = fit.make_step(lambda p, i, r=route, s=placed.spec: r.loss(p, i, s), optimizer)
+        step = optimiser.make_step(lambda p, i, r=route, s=placed.spec: r.loss(p, i, s), optimizer)
         # The step donates its state: a copy keeps the model's own parameters for the next axis.
-        state = fit.init_state(jax.tree.map(jax.numpy.copy, placed.params), optimizer)
+        state = optimiser.init_state(jax.tree.map(jax.numpy.copy, placed.params), optimizer)
         start = time.perf_counter()
         state, loss, _ = step(state, inputs)
         jax.block_until_ready(loss)

@@ -46,21 +46,22 @@ def compiled_step(model, axis: str, n_dev: int = N_DEVICES):
     plan) over ``n_dev`` devices."""
     from functools import partial
 
-    from tabascal import fit, sharding
+    from tabascal.fitting import optimiser
     from tabascal.model import joint
+    from tabascal.parallel import baseline_axis
 
-    optimizer = fit.make_optimizer(fit.FitConfig())
+    optimizer = optimiser.make_optimizer(optimiser.FitConfig())
     if axis == "none":
         params, inputs = model.params, (model.constants, model.data)
         loss_fn = partial(joint.loss, spec=model.spec)
     else:
-        mesh = sharding.make_mesh(n_dev)
-        sharded = sharding.shard_model(model, mesh, reuse=axis == "reuse")
+        mesh = baseline_axis.make_mesh(n_dev)
+        sharded = baseline_axis.shard_model(model, mesh, reuse=axis == "reuse")
         params, inputs = sharded.params, (sharded.constants, sharded.data)
-        loss_fn = partial(sharding.loss, spec=sharded.spec)
+        loss_fn = partial(baseline_axis.loss, spec=sharded.spec)
     params = jax.tree.map(lambda x: x.copy(), params)  # the step donates its state
-    state = fit.init_state(params, optimizer)
-    step = fit.make_step(loss_fn, optimizer).lower(state, inputs).compile()
+    state = optimiser.init_state(params, optimizer)
+    step = optimiser.make_step(loss_fn, optimizer).lower(state, inputs).compile()
     return step, state, inputs
 
 
@@ -68,7 +69,7 @@ def assert_no_cube_crosses_devices(step, n_ant: int):
     """Check a compiled step's collectives: only all-reduces, each of scalars or of per-antenna
     arrays (leading axis ``n_ant``: the gradients of the replicated RFI modes and the gains);
     never a visibility-shaped array. Returns what was found, for the test to print."""
-    from tabascal import memory
+    from tabascal.planning import memory
 
     moved = memory.collective_shapes(step)
     for name, arrays in moved:

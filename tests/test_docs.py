@@ -2,8 +2,7 @@
 
 from pathlib import Path
 
-from tabascal import run_config
-from tabascal.config import Section
+from tabascal.config import Section, run_config
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

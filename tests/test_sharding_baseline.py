@@ -13,8 +13,10 @@ from conftest import assert_no_cube_crosses_devices, compiled_step
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tabascal import memory, run_config, sharding
+from tabascal.config import run_config
 from tabascal.model import joint
+from tabascal.parallel import baseline_axis
+from tabascal.planning import memory
 from tabascal.store import read_observation
 
 N_DEVICES = 4
@@ -78,16 +80,16 @@ def _relative(a, b) -> float:
 )
 def test_sharded_loss_and_gradient_equal_single_device(obs, route, n_dev):
     model, ref_value, ref_grad = _reference(obs, route)
-    sharded = sharding.shard_model(model, sharding.make_mesh(n_dev))
+    sharded = baseline_axis.shard_model(model, baseline_axis.make_mesh(n_dev))
     spec, plan = sharded.spec, sharded.plan
 
     def value_grad_rfi(params, inputs):
-        value, grad = jax.value_and_grad(lambda p: sharding.loss(p, inputs, spec)[0])(params)
-        return value, grad, sharding.predict_rfi(params.rfi, inputs[0], spec)
+        value, grad = jax.value_and_grad(lambda p: baseline_axis.loss(p, inputs, spec)[0])(params)
+        return value, grad, baseline_axis.predict_rfi(params.rfi, inputs[0], spec)
 
     value, grad, rfi = jax.jit(value_grad_rfi)(sharded.params, (sharded.constants, sharded.data))
 
-    grad = sharding.unpad_params(grad, spec)
+    grad = baseline_axis.unpad_params(grad, spec)
     worst = max(
         _relative(g, w) for g, w in zip(*map(jax.tree.leaves, (grad, ref_grad)), strict=True)
     )

@@ -8,7 +8,7 @@ The RFI operators' working memory is set small (``rfi.memory_budget_mb`` = 0.1 M
 their blocks are bound by it, as they are at full size: at 512 stations a single cell's fine
 signal is megabytes and every operator call is budget-bound, while at 48 stations the default
 256 MiB would hold every cell at once. On the baseline axis each device takes its share of the
-budget (``sharding.plan_layout``), so that part divides by construction; what this module
+budget (``baseline_axis.plan_layout``), so that part divides by construction; what this module
 measures is whether everything else does too.
 
 What divides, as measured here (float32, 4 devices against 1):
@@ -31,8 +31,11 @@ from conftest import require_devices
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tabascal import fit, memory, run_config, sharding
+from tabascal.config import run_config
+from tabascal.fitting import optimiser
 from tabascal.model import gains, joint, likelihood, sky
+from tabascal.parallel import baseline_axis
+from tabascal.planning import memory
 from tabascal.simulate import simulate, simulation_config
 from tabascal.store import read_observation
 
@@ -65,7 +68,7 @@ def _baseline_arrays(constants, data, params) -> dict:
 
 @pytest.mark.parametrize("reuse", [False, True], ids=["baseline", "reuse"])
 def test_every_baseline_shaped_array_divides_over_four_devices(model, reuse):
-    sharded = sharding.shard_model(model, sharding.make_mesh(N_DEVICES), reuse=reuse)
+    sharded = baseline_axis.shard_model(model, baseline_axis.make_mesh(N_DEVICES), reuse=reuse)
     one = _baseline_arrays(model.constants, model.data, model.params)
     four = _baseline_arrays(sharded.constants, sharded.data, sharded.params)
     ratios = {name: _largest_shard(four[name]) / one[name].nbytes for name in one}
@@ -75,7 +78,7 @@ def test_every_baseline_shaped_array_divides_over_four_devices(model, reuse):
 
     # The predicted cubes (sky, RFI, model) too: what a prediction adds to each device.
     before = memory.live_bytes_per_device()
-    prediction = jax.jit(partial(sharding.predict, spec=sharded.spec))(
+    prediction = jax.jit(partial(baseline_axis.predict, spec=sharded.spec))(
         sharded.params, sharded.constants
     )
     added = np.subtract(memory.live_bytes_per_device(), before)
@@ -87,16 +90,20 @@ def test_every_baseline_shaped_array_divides_over_four_devices(model, reuse):
 
 
 def _step_memory(model, route) -> memory.StageMemory:
-    optimizer = fit.make_optimizer(run_config.fit_config(run_config.load(CONFIG)))
+    optimizer = optimiser.make_optimizer(run_config.fit_config(run_config.load(CONFIG)))
     if route == "none":
         params, inputs = model.params, (model.constants, model.data)
         loss_fn = partial(joint.loss, spec=model.spec)
     else:
-        sharded = sharding.shard_model(model, sharding.make_mesh(N_DEVICES), reuse=route == "reuse")
+        sharded = baseline_axis.shard_model(
+            model, baseline_axis.make_mesh(N_DEVICES), reuse=route == "reuse"
+        )
         params, inputs = sharded.params, (sharded.constants, sharded.data)
-        loss_fn = partial(sharding.loss, spec=sharded.spec)
-    state = jax.eval_shape(partial(fit.init_state, optimizer=optimizer), params)
-    return memory.stage_memory(fit.make_step(loss_fn, optimizer).lower(state, inputs).compile())
+        loss_fn = partial(baseline_axis.loss, spec=sharded.spec)
+    state = jax.eval_shape(partial(optimiser.init_state, optimizer=optimizer), params)
+    return memory.stage_memory(
+        optimiser.make_step(loss_fn, optimizer).lower(state, inputs).compile()
+    )
 
 
 def test_compiled_step_temporaries_shrink_on_four_devices(model):
@@ -124,7 +131,7 @@ def test_visibility_shaped_temporaries_divide_like_the_visibilities(model):
         return memory.stage_memory(compiled).temporaries
 
     one = temporaries(model.params, model.constants, model.data, lambda x: x)
-    sharded = sharding.shard_model(model, sharding.make_mesh(N_DEVICES))
+    sharded = baseline_axis.shard_model(model, baseline_axis.make_mesh(N_DEVICES))
     rows = NamedSharding(sharded.spec.mesh, P("bl"))
 
     def keep(x):

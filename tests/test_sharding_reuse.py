@@ -17,8 +17,10 @@ from conftest import assert_no_cube_crosses_devices, compiled_step
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tabascal import memory, run_config, sharding
+from tabascal.config import run_config
 from tabascal.model import joint
+from tabascal.parallel import baseline_axis
+from tabascal.planning import memory
 from tabascal.store import read_observation
 
 N_DEVICES = 4
@@ -104,17 +106,17 @@ def _value_grad_rfi(sharded):
     spec = sharded.spec
 
     def value_grad_rfi(params, inputs):
-        value, grad = jax.value_and_grad(lambda p: sharding.loss(p, inputs, spec)[0])(params)
-        return value, grad, sharding.predict_rfi(params.rfi, inputs[0], spec)
+        value, grad = jax.value_and_grad(lambda p: baseline_axis.loss(p, inputs, spec)[0])(params)
+        return value, grad, baseline_axis.predict_rfi(params.rfi, inputs[0], spec)
 
     return jax.jit(value_grad_rfi)(sharded.params, (sharded.constants, sharded.data))
 
 
 def _equivalence(obs, route, n_dev):
     model, ref_value, ref_grad = _reference(obs, route)
-    sharded = sharding.shard_model(model, sharding.make_mesh(n_dev), reuse=True)
+    sharded = baseline_axis.shard_model(model, baseline_axis.make_mesh(n_dev), reuse=True)
     value, grad, rfi = _value_grad_rfi(sharded)
-    grad = sharding.unpad_params(grad, sharded.spec)
+    grad = baseline_axis.unpad_params(grad, sharded.spec)
     errors = {
         name: max(_relative(g, w) for g, w in zip(*map(jax.tree.leaves, (got, want)), strict=True))
         for name, got, want in zip(("sky", "rfi", "gains"), grad, ref_grad, strict=True)
@@ -127,7 +129,7 @@ def _equivalence(obs, route, n_dev):
     _check_reuse_route_was_built(sharded, rfi, model)
     # The RFI cube in the data's order equals the single-device one.
     want = jax.jit(partial(joint.predict_rfi, spec=model.spec))(model.params.rfi, model.constants)
-    got = sharding.data_order(rfi, sharded.spec)
+    got = baseline_axis.data_order(rfi, sharded.spec)
     assert _relative(got, want) <= 1e-10
     return sharded
 
@@ -186,9 +188,9 @@ def test_twenty_reuse_fit_steps_reach_the_single_device_chi2(obs):
 @pytest.mark.heavy
 def test_reuse_in_single_precision_equals_single_device(obs):
     model, ref_value, ref_grad = _reference(obs, "hybrid", precision="single")
-    sharded = sharding.shard_model(model, sharding.make_mesh(N_DEVICES), reuse=True)
+    sharded = baseline_axis.shard_model(model, baseline_axis.make_mesh(N_DEVICES), reuse=True)
     value, grad, rfi = _value_grad_rfi(sharded)
-    grad = sharding.unpad_params(grad, sharded.spec)
+    grad = baseline_axis.unpad_params(grad, sharded.spec)
     worst = max(
         _relative(g, w) for g, w in zip(*map(jax.tree.leaves, (grad, ref_grad)), strict=True)
     )

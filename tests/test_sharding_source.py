@@ -10,8 +10,9 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tabascal import run_config, source_sharding
+from tabascal.config import run_config
 from tabascal.model import joint
+from tabascal.parallel import source_axis
 from tabascal.store import read_observation
 
 N_DEVICES = 4
@@ -46,15 +47,15 @@ def _relative(a, b) -> float:
 @pytest.mark.parametrize("n_dev", [2, 3, 4])
 def test_source_sharded_loss_and_gradient_equal_single_device(reference, n_dev):
     model, ref_value, ref_grad = reference
-    sharded = source_sharding.shard_model(model, source_sharding.make_mesh(n_dev))
+    sharded = source_axis.shard_model(model, source_axis.make_mesh(n_dev))
     spec = sharded.spec
-    loss = jax.jit(jax.value_and_grad(lambda p, i: source_sharding.loss(p, i, spec)[0]))
+    loss = jax.jit(jax.value_and_grad(lambda p, i: source_axis.loss(p, i, spec)[0]))
     value, grad = loss(sharded.params, (sharded.constants, sharded.data))
 
     n_src = model.spec.n_src
     dark = np.asarray(grad.rfi.z)[:, n_src:]
     assert not np.any(dark), "dark sources must get no gradient"
-    grad = source_sharding.unpad_params(grad, spec)
+    grad = source_axis.unpad_params(grad, spec)
     worst = max(
         _relative(g, w)
         for g, w in zip(jax.tree.leaves(grad), jax.tree.leaves(ref_grad), strict=True)

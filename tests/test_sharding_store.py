@@ -1,5 +1,5 @@
-"""The baseline-sharded model built block by block from the store (``store_sharding.build``)
-equals the one placed from a whole model (``sharding.shard_model(joint.build(...))``), array by
+"""The baseline-sharded model built block by block from the store (``blockwise.build``)
+equals the one placed from a whole model (``baseline_axis.shard_model(joint.build(...))``), array by
 array and in loss and gradient, on 1 to 4 virtual CPU devices, with and without the
 antenna-reuse plan; and each device's rows were the only ones read for it."""
 
@@ -7,8 +7,9 @@ import jax
 import numpy as np
 import pytest
 
-from tabascal import run_config, sharding, store_sharding
+from tabascal.config import run_config
 from tabascal.model import joint
+from tabascal.parallel import baseline_axis, blockwise
 from tabascal.store import read_meta, read_observation
 
 N_DEVICES = 4
@@ -28,7 +29,7 @@ def store(small_store, double_precision):
     return small_store
 
 
-class CountingRows(store_sharding.StoreRows):
+class CountingRows(blockwise.StoreRows):
     """StoreRows that records which rows each call asked for."""
 
     def __init__(self, path):
@@ -42,7 +43,7 @@ class CountingRows(store_sharding.StoreRows):
 
 def _loss_and_grad(params, constants, data, spec):
     def value(p):
-        return sharding.loss(p, (constants, data), spec)[0]
+        return baseline_axis.loss(p, (constants, data), spec)[0]
 
     return jax.jit(jax.value_and_grad(value))(params)
 
@@ -57,11 +58,11 @@ def _host(x):
 )
 def test_block_build_equals_the_placed_whole_model(store, n_dev, reuse, init):
     config = run_config.model_config(run_config.load(CONFIG))
-    mesh = sharding.make_mesh(n_dev)
-    whole = sharding.shard_model(joint.build(read_observation(store), config, init=init), mesh,
+    mesh = baseline_axis.make_mesh(n_dev)
+    whole = baseline_axis.shard_model(joint.build(read_observation(store), config, init=init), mesh,
                                  reuse=reuse)  # fmt: skip
     source = CountingRows(store)
-    blocks = store_sharding.build(source, config, mesh, init=init, reuse=reuse)
+    blocks = blockwise.build(source, config, mesh, init=init, reuse=reuse)
 
     # Each device's rows were read for it alone: B rows per device (its ownership block, then,
     # with the reuse plan, its permuted rows), never the whole observation in one call.
@@ -77,7 +78,7 @@ def test_block_build_equals_the_placed_whole_model(store, n_dev, reuse, init):
         np.testing.assert_array_equal(got, want)
 
     assert blocks.spec == whole.spec
-    assert blocks.data.vis.sharding.spec == sharding.P(sharding.AXIS)
+    assert blocks.data.vis.sharding.spec == baseline_axis.P(baseline_axis.AXIS)
     assert {s.data.shape[0] for s in blocks.data.vis.addressable_shards} == {B}
     for name in ("vis", "flags", "noise", "n_points"):
         np.testing.assert_array_equal(_host(getattr(blocks.data, name)),
@@ -105,5 +106,5 @@ def test_truth_init_is_refused_before_anything_is_read(store):
     config = run_config.model_config(run_config.load(CONFIG))
     source = CountingRows(store)
     with pytest.raises(ValueError, match="init 'truth'"):
-        store_sharding.build(source, config, sharding.make_mesh(2), init="truth")
+        blockwise.build(source, config, baseline_axis.make_mesh(2), init="truth")
     assert source.calls == []

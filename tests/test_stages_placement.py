@@ -1,13 +1,15 @@
-"""Placement from abstract shapes (tabascal.stages) equals the routes' own placement of real
-arrays, on 4 virtual CPU devices; no program is compiled here."""
+"""Placement from abstract shapes (tabascal.planning.stages) equals the routes' own placement of
+real arrays, on 4 virtual CPU devices; no program is compiled here."""
 
 import jax
 import numpy as np
 import pytest
 from conftest import require_devices
 
-from tabascal import fit, run_config, stages
+from tabascal.config import run_config
+from tabascal.fitting import optimiser
 from tabascal.model import joint
+from tabascal.planning import stages
 from tabascal.store import read_observation
 
 N_DEVICES = 4
@@ -53,8 +55,8 @@ def test_optimiser_state_shardings_follow_the_eager_initialisation(models):
     route = stages.route("baseline")
     mesh = route.make_mesh(N_DEVICES)
     real = route.place(model, mesh)
-    optimizer = fit.make_optimizer(fit.FitConfig())
-    eager = fit.init_state(real.params, optimizer).opt_state
+    optimizer = optimiser.make_optimizer(optimiser.FitConfig())
+    eager = optimiser.init_state(real.params, optimizer).opt_state
     shape = jax.eval_shape(optimizer.init, real.params)
     predicted = stages.state_shardings(real.params, shape, mesh, None)
     expected = jax.tree.map(lambda x: x.sharding, eager)

@@ -8,10 +8,10 @@ import sys
 
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
 
-from tabascal import distributed
+from tabascal.parallel import processes
 
 coordinator, process_id, fail_in = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-distributed.initialize(distributed.launch_from(
+processes.initialize(processes.launch_from(
     {}, coordinator=coordinator, num_processes=2, process_id=process_id
 ))  # fmt: skip
 
@@ -25,24 +25,24 @@ x = jax.make_array_from_callback(
     host.shape, NamedSharding(mesh, PartitionSpec("bl")), lambda index: host[index]
 )
 print("local rows", sorted(s.index[0].start for s in x.addressable_shards), flush=True)
-blocks = [distributed.host_rows(x, start, min(start + 3, 8)) for start in range(0, 8, 3)]
+blocks = [processes.host_rows(x, start, min(start + 3, 8)) for start in range(0, 8, 3)]
 print("gathered equal", bool(np.array_equal(np.concatenate(blocks), host)), flush=True)
 try:
-    with distributed.stage("checking the output folder"):
+    with processes.stage("checking the output folder"):
         if process_id == fail_in:
             raise FileExistsError("out/ is not empty")
-except distributed.PeerFailure as err:
+except processes.PeerFailure as err:
     print("peer failure:", err, flush=True)
     sys.exit(3)
 except FileExistsError as err:
     print("own failure:", err, flush=True)
     sys.exit(2)
-print("writer", distributed.is_writer(), flush=True)
+print("writer", processes.is_writer(), flush=True)
 if len(sys.argv) > 4:
-    from tabascal import fit
+    from tabascal.fitting import optimiser
 
     replicated = jax.device_put(np.int32(7), NamedSharding(mesh, PartitionSpec()))
-    state = fit.FitState({"z": x}, (), replicated)
-    history = fit.FitHistory(np.arange(7.0), np.ones(7))
-    fit.save_checkpoint(sys.argv[4], state, history)
+    state = optimiser.FitState({"z": x}, (), replicated)
+    history = optimiser.FitHistory(np.arange(7.0), np.ones(7))
+    optimiser.save_checkpoint(sys.argv[4], state, history)
     print("checkpoint done", flush=True)

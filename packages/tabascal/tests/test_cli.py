@@ -19,7 +19,7 @@ def test_every_command_has_help():
 
 
 def test_demo_memory_table_gives_each_axis_against_one_device():
-    from tabascal.cli_fit import _memory_lines
+    from tabascal.cli.fit import _memory_lines
 
     one = {"arguments": 4 * 2**20, "outputs": 2**20, "temporaries": 8 * 2**20, "aliased": 2**20}
     four = {"arguments": 2**20, "outputs": 2**19, "temporaries": 2 * 2**20, "aliased": 2**19}
@@ -37,7 +37,7 @@ def test_devices_can_still_be_set_after_jax_is_imported_but_not_started():
 
     code = (
         "from tabascal.cli import build_parser\n"
-        "from tabascal.cli_fit import use_devices\n"
+        "from tabascal.cli.fit import use_devices\n"
         "import sys\n"
         "build_parser()\n"
         "assert 'jax' in sys.modules\n"

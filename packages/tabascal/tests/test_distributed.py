@@ -3,20 +3,18 @@ the runs themselves are tested in the repository's tests/test_multiprocess.py)."
 
 import pytest
 
-from tabascal import distributed
-from tabascal.distributed import Launch, LaunchError
+from tabascal.parallel import processes
+from tabascal.parallel.processes import Launch, LaunchError
 
 
 def test_a_single_process_has_no_launch():
-    assert distributed.launch_from({}) is None
-    assert distributed.launch_from({"SLURM_NTASKS": "1", "SLURM_PROCID": "0"}) is None
+    assert processes.launch_from({}) is None
+    assert processes.launch_from({"SLURM_NTASKS": "1", "SLURM_PROCID": "0"}) is None
 
 
 def test_explicit_values_win_over_the_launcher():
     env = {"WORLD_SIZE": "8", "RANK": "3", "MASTER_ADDR": "h", "MASTER_PORT": "1"}
-    launch = distributed.launch_from(
-        env, coordinator="10.0.0.1:12355", num_processes=2, process_id=1
-    )
+    launch = processes.launch_from(env, coordinator="10.0.0.1:12355", num_processes=2, process_id=1)
     assert launch == Launch(2, 1, "10.0.0.1:12355", "command line")
 
 
@@ -35,7 +33,7 @@ def test_explicit_values_win_over_the_launcher():
     ],
 )
 def test_launcher_variables(env, expected):
-    assert distributed.launch_from(env) == expected
+    assert processes.launch_from(env) == expected
 
 
 @pytest.mark.parametrize(
@@ -51,18 +49,18 @@ def test_launcher_variables(env, expected):
 )
 def test_bad_launches_are_refused_with_the_reason(kwargs, env, message):
     with pytest.raises(LaunchError) as err:
-        distributed.launch_from(env, **kwargs)
+        processes.launch_from(env, **kwargs)
     assert message in str(err.value)
 
 
 def test_single_process_agreement_reraises_the_error():
-    distributed.agree(None, "nothing")
+    processes.agree(None, "nothing")
     with pytest.raises(KeyError, match="x"):
-        with distributed.stage("reading"):
+        with processes.stage("reading"):
             raise KeyError("x")
 
 
 def test_failure_messages_survive_the_round_trip():
-    row = distributed._encode("ValueError: é" + "x" * 5000)
-    assert row.shape == (distributed.MESSAGE_BYTES + 1,)
-    assert distributed._decode(row).startswith("ValueError: é")
+    row = processes._encode("ValueError: é" + "x" * 5000)
+    assert row.shape == (processes.MESSAGE_BYTES + 1,)
+    assert processes._decode(row).startswith("ValueError: é")

@@ -2,7 +2,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tabascal import fit
+from tabascal.fitting import optimiser
 
 
 def _toy_loss(params, inputs):
@@ -19,12 +19,12 @@ def _start():
 
 
 def test_fit_converges_on_a_quadratic():
-    config = fit.FitConfig(optimizer="adam", learning_rate=0.1, steps=300)
-    optimizer = fit.make_optimizer(config)
+    config = optimiser.FitConfig(optimizer="adam", learning_rate=0.1, steps=300)
+    optimizer = optimiser.make_optimizer(config)
     params, inputs = _start()
-    state, history = fit.run(
-        fit.make_step(_toy_loss, optimizer),
-        fit.init_state(params, optimizer),
+    state, history = optimiser.run(
+        optimiser.make_step(_toy_loss, optimizer),
+        optimiser.init_state(params, optimizer),
         inputs,
         config,
         progress=False,
@@ -38,10 +38,10 @@ def test_fit_converges_on_a_quadratic():
 def test_second_phase_runs_at_a_tenth_of_the_step_size():
     # Plain SGD on f(x) = x^2 / 2 with one parameter: each step moves x by -lr * x, so the
     # ratio of successive x is (1 - lr) in the first phase and (1 - lr/10) in the second.
-    config = fit.FitConfig(optimizer="sgd", learning_rate=0.2, steps=3, second_phase_steps=3)
-    optimizer = fit.make_optimizer(config)
-    state = fit.init_state(jnp.array(1.0), optimizer)
-    step = fit.make_step(lambda x, _: (0.5 * x**2, {"chi2": x**2}), optimizer)
+    config = optimiser.FitConfig(optimizer="sgd", learning_rate=0.2, steps=3, second_phase_steps=3)
+    optimizer = optimiser.make_optimizer(config)
+    state = optimiser.init_state(jnp.array(1.0), optimizer)
+    step = optimiser.make_step(lambda x, _: (0.5 * x**2, {"chi2": x**2}), optimizer)
     xs = [1.0]
     for _ in range(6):
         state, _, _ = step(state, None)
@@ -51,30 +51,32 @@ def test_second_phase_runs_at_a_tenth_of_the_step_size():
 
 
 def test_resume_from_checkpoint_equals_an_uninterrupted_run(tmp_path):
-    config = fit.FitConfig(learning_rate=0.05, steps=12, second_phase_steps=8, checkpoint_every=5)
-    optimizer = fit.make_optimizer(config)
-    step = fit.make_step(_toy_loss, optimizer)
+    config = optimiser.FitConfig(
+        learning_rate=0.05, steps=12, second_phase_steps=8, checkpoint_every=5
+    )
+    optimizer = optimiser.make_optimizer(config)
+    step = optimiser.make_step(_toy_loss, optimizer)
     # The step donates its state, so every run starts from freshly made parameters.
     params, inputs = _start()
-    whole, whole_history = fit.run(
-        step, fit.init_state(params, optimizer), inputs, config, progress=False
+    whole, whole_history = optimiser.run(
+        step, optimiser.init_state(params, optimizer), inputs, config, progress=False
     )
 
     # Stop after 10 steps (two checkpoints), then resume from the checkpoint on disk.
-    first = fit.FitConfig(**{**config.__dict__, "steps": 10, "second_phase_steps": 0})
-    partial_state, _ = fit.run(
-        fit.make_step(_toy_loss, fit.make_optimizer(config)),
-        fit.init_state(_start()[0], optimizer),
+    first = optimiser.FitConfig(**{**config.__dict__, "steps": 10, "second_phase_steps": 0})
+    partial_state, _ = optimiser.run(
+        optimiser.make_step(_toy_loss, optimiser.make_optimizer(config)),
+        optimiser.init_state(_start()[0], optimizer),
         inputs,
         first,
         checkpoint_dir=tmp_path,
         progress=False,
     )
     assert int(partial_state.step) == 10
-    template = fit.init_state(_start()[0], optimizer)
-    loaded, history = fit.load_checkpoint(tmp_path, template)
+    template = optimiser.init_state(_start()[0], optimizer)
+    loaded, history = optimiser.load_checkpoint(tmp_path, template)
     assert int(loaded.step) == 10 and history.loss.shape == (10,)
-    resumed, resumed_history = fit.run(
+    resumed, resumed_history = optimiser.run(
         step, loaded, inputs, config, history=history, progress=False
     )
     np.testing.assert_array_equal(resumed.params["x"], whole.params["x"])
@@ -82,20 +84,20 @@ def test_resume_from_checkpoint_equals_an_uninterrupted_run(tmp_path):
 
 
 def test_checkpoint_of_another_shape_is_refused(tmp_path):
-    optimizer = fit.make_optimizer(fit.FitConfig())
+    optimizer = optimiser.make_optimizer(optimiser.FitConfig())
     params, _ = _start()
-    state = fit.init_state(params, optimizer)
-    fit.save_checkpoint(tmp_path, state, fit.FitHistory(np.zeros(0), np.zeros(0)))
-    other = fit.init_state({"x": jnp.zeros(6), "y": jnp.ones(())}, optimizer)
+    state = optimiser.init_state(params, optimizer)
+    optimiser.save_checkpoint(tmp_path, state, optimiser.FitHistory(np.zeros(0), np.zeros(0)))
+    other = optimiser.init_state({"x": jnp.zeros(6), "y": jnp.ones(())}, optimizer)
     with pytest.raises(ValueError, match="shape"):
-        fit.load_checkpoint(tmp_path, other)
+        optimiser.load_checkpoint(tmp_path, other)
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
-        fit.load_checkpoint(tmp_path / "missing", state)
+        optimiser.load_checkpoint(tmp_path / "missing", state)
 
 
 def test_unknown_optimizer_is_refused_with_the_choices():
     with pytest.raises(ValueError, match="adabelief, adam, sgd"):
-        fit.make_optimizer(fit.FitConfig(optimizer="lbfgs"))
+        optimiser.make_optimizer(optimiser.FitConfig(optimizer="lbfgs"))
 
 
 @pytest.mark.usefixtures("x64")
@@ -103,21 +105,21 @@ def test_fit_stops_where_the_loss_has_settled_and_not_before():
     """SGD on 1 + x^2 / 2 from x = 1: x_n = 0.8^n, so the loss 1 + 0.32 0.64^n settles; the fit
     stops at the first step where it fell by less than stop_tolerance of itself over
     stop_window steps, found here from the closed form."""
-    config = fit.FitConfig(
+    config = optimiser.FitConfig(
         optimizer="sgd", learning_rate=0.2, steps=500, stop_tolerance=1e-6, stop_window=20
     )
-    optimizer = fit.make_optimizer(config)
-    step = fit.make_step(lambda x, _: (1 + 0.5 * x**2, {"chi2": x**2}), optimizer)
-    state, history = fit.run(
-        step, fit.init_state(jnp.array(1.0), optimizer), None, config, progress=False
+    optimizer = optimiser.make_optimizer(config)
+    step = optimiser.make_step(lambda x, _: (1 + 0.5 * x**2, {"chi2": x**2}), optimizer)
+    state, history = optimiser.run(
+        step, optimiser.init_state(jnp.array(1.0), optimizer), None, config, progress=False
     )
     # Each step reports the loss at the parameters it starts from: step k (1-based), 0.8^(k-1).
     closed = 1 + 0.5 * 0.64 ** np.arange(500)
     first = next(n for n in range(21, 501) if closed[n - 21] - closed[n - 1] < 1e-6 * closed[n - 1])
     assert len(history.loss) == int(state.step) == first < 500  # 51 steps
     np.testing.assert_allclose(history.loss, closed[:first], rtol=1e-12)
-    never = fit.FitConfig(optimizer="sgd", learning_rate=0.2, steps=60)
-    _, all_steps = fit.run(
-        step, fit.init_state(jnp.array(1.0), optimizer), None, never, progress=False
+    never = optimiser.FitConfig(optimizer="sgd", learning_rate=0.2, steps=60)
+    _, all_steps = optimiser.run(
+        step, optimiser.init_state(jnp.array(1.0), optimizer), None, never, progress=False
     )
     assert len(all_steps.loss) == 60

@@ -3,7 +3,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from tabascal import geometry as geo
+from tabascal.observation import geometry as geo
 
 LAT, LON, HEIGHT = np.deg2rad(-26.8247), np.deg2rad(116.7644), 377.0
 GAST0 = 1.234

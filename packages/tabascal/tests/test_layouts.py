@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from tabascal import geometry as geo
-from tabascal.layouts import (
+from tabascal.observation import geometry as geo
+from tabascal.observation.stations import (
     SKA_LOW_SITE,
     ArrayReference,
     read_layout,

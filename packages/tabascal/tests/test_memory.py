@@ -2,7 +2,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tabascal import memory
+from tabascal.planning import memory
 
 
 def test_live_bytes_count_a_new_array_on_its_device():

@@ -5,9 +5,11 @@ import jax
 import numpy as np
 import pytest
 
-from tabascal import fit, run_config, stages
+from tabascal.config import run_config
+from tabascal.fitting import optimiser
 from tabascal.model import joint
 from tabascal.model.data_stats import BINS_PER_OCTAVE, DataStats, MeanPower
+from tabascal.planning import stages
 from tabascal.simulate import presets
 from tabascal.store import read_observation
 
@@ -93,7 +95,7 @@ def test_stages_compiled_from_abstract_shapes_use_the_memory_of_real_arrays(obs,
     model = joint.build(obs, config)
     abstract = joint.abstract_model(obs.meta, config, snr=model.info["rfi_snr"])
     devices = jax.devices()[:1]
-    fit_config = fit.FitConfig()
+    fit_config = optimiser.FitConfig()
     from_shapes = stages.compile_stages(
         stages.place_abstract(abstract, "none", None), "none", fit_config, devices
     )

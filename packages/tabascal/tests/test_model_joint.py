@@ -8,10 +8,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tabascal import fit, geometry, run_config
-from tabascal.cli_fit import DEMO_CONFIG
-from tabascal.geometry import CircularOrbits
+from tabascal.cli.fit import DEMO_CONFIG
+from tabascal.config import run_config
+from tabascal.fitting import optimiser
 from tabascal.model import joint, rfi_signal, rfi_vis
+from tabascal.observation import geometry
+from tabascal.observation.geometry import CircularOrbits
 from tabascal.store import read_observation
 
 
@@ -104,11 +106,11 @@ def test_demo_fit_from_data_estimates_reaches_the_noise_and_recovers_the_sky(dem
     config = run_config.load(DEMO_CONFIG)
     model = joint.build(obs, run_config.model_config(config), init="data")
     fit_cfg = run_config.fit_config(config)
-    optimizer = fit.make_optimizer(fit_cfg)
-    step = fit.make_step(partial(joint.loss, spec=model.spec), optimizer)
-    state, history = fit.run(
+    optimizer = optimiser.make_optimizer(fit_cfg)
+    step = optimiser.make_step(partial(joint.loss, spec=model.spec), optimizer)
+    state, history = optimiser.run(
         step,
-        fit.init_state(model.params, optimizer),
+        optimiser.init_state(model.params, optimizer),
         (model.constants, model.data),
         fit_cfg,
         progress=False,
@@ -234,7 +236,7 @@ def test_geometric_time_scale_is_the_sidelobe_crossing_time_over_two_pi(obs):
     """Each satellite's correlation time: the station beam's sidelobe width c / (f_top D)
     over 2 pi times the sightline's largest angular speed (here by finite differences of its
     direction), between one integration and corr_time_s."""
-    from tabascal import geometry
+    from tabascal.observation import geometry
 
     orbits = CircularOrbits(
         altitude_m=np.array([20_180e3, 20_180e3, 550e3]),

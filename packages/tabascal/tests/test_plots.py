@@ -1,6 +1,6 @@
 import numpy as np
 
-from tabascal import plots
+from tabascal.fitting import plots
 
 
 def _png_size(path):

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import zarr
 
-from tabascal import run, run_config
+from tabascal.config import run_config
+from tabascal.fitting import job
 from tabascal.store import read_observation
 
 FEW_STEPS = {"fit": {"steps": 2, "checkpoint_every": 0}, "output": {"plots": False}}
@@ -20,7 +21,7 @@ def test_run_computes_in_its_precision_and_leaves_the_64_bit_mode_off(
 ):
     config = run_config.load({"precision": precision, **FEW_STEPS})
     assert not jax.config.jax_enable_x64
-    summary = run.run(read_observation(small_store), tmp_path / "out", config, progress=False)
+    summary = job.run(read_observation(small_store), tmp_path / "out", config, progress=False)
     assert not jax.config.jax_enable_x64
     results = zarr.open_group(str(tmp_path / "out" / "results.zarr"), mode="r")
     for name in ("sky_vis", "rfi_vis", "model_vis", "residual", "gains"):

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import zarr
 
-from tabascal import run, run_config
 from tabascal.cli import main
-from tabascal.config import ConfigError
+from tabascal.config import ConfigError, run_config
+from tabascal.fitting import job
 from tabascal.store import read_observation
 
 FEW_STEPS = {"fit": {"steps": 6, "checkpoint_every": 3}, "output": {"plots": False}}
@@ -21,7 +21,7 @@ def obs(small_store):
 
 def test_run_writes_results_summary_and_plots(obs, tmp_path):
     config = run_config.load({"fit": {"steps": 4}})
-    summary = run.run(obs, tmp_path / "out", config, progress=False)
+    summary = job.run(obs, tmp_path / "out", config, progress=False)
     out = tmp_path / "out"
     for name in ("results.zarr", "summary.json", "config.yaml", "loss.png", "baselines.png"):
         assert (out / name).exists(), name
@@ -55,12 +55,12 @@ def test_run_writes_results_summary_and_plots(obs, tmp_path):
 
 
 def test_resume_reaches_the_same_result_as_an_uninterrupted_run(obs, tmp_path):
-    whole = run.run(obs, tmp_path / "whole", run_config.load(FEW_STEPS), progress=False)
+    whole = job.run(obs, tmp_path / "whole", run_config.load(FEW_STEPS), progress=False)
     # Stop after the first checkpoint (3 steps), then resume to 6.
     first = run_config.load(FEW_STEPS)
     first["fit"]["steps"] = 3
-    run.run(obs, tmp_path / "split", first, progress=False)
-    resumed = run.run(
+    job.run(obs, tmp_path / "split", first, progress=False)
+    resumed = job.run(
         obs, tmp_path / "split", run_config.load(FEW_STEPS), resume=True, progress=False
     )
     assert resumed["steps"] == whole["steps"] == 6
@@ -74,11 +74,11 @@ def test_a_non_empty_output_folder_is_never_overwritten_silently(obs, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(run.OutputExistsError, match="--overwrite"):
-        run.run(obs, out, run_config.load(FEW_STEPS), progress=False)
+    with pytest.raises(job.OutputExistsError, match="--overwrite"):
+        job.run(obs, out, run_config.load(FEW_STEPS), progress=False)
     with pytest.raises(FileNotFoundError, match="--resume"):
-        run.run(obs, out, run_config.load(FEW_STEPS), resume=True, progress=False)
-    run.run(obs, out, run_config.load(FEW_STEPS), overwrite=True, progress=False)
+        job.run(obs, out, run_config.load(FEW_STEPS), resume=True, progress=False)
+    job.run(obs, out, run_config.load(FEW_STEPS), overwrite=True, progress=False)
     # Overwriting replaces this program's outputs and leaves the user's own files alone.
     assert (out / "notes.txt").read_text() == "mine"
     assert (out / "summary.json").exists()
@@ -118,7 +118,7 @@ def test_reuse_plan_precedence_command_line_then_config_and_baseline_axis_only()
 
 
 def test_summary_names_the_collectives_of_the_step(obs, tmp_path):
-    summary = run.run(obs, tmp_path / "out", run_config.load(FEW_STEPS), progress=False)
+    summary = job.run(obs, tmp_path / "out", run_config.load(FEW_STEPS), progress=False)
     # One device: nothing crosses devices, and the peak is that device's alone.
     assert summary["collectives"] == {} and summary["reuse_plan"] is False
     assert summary["n_devices"] == 1 and len(summary["per_device_peak_bytes"]) == 1
@@ -159,7 +159,7 @@ def test_an_observation_without_satellites_is_fitted_with_no_rfi_term(no_satelli
     assert obs.n_sat == 0 and not np.any(obs.truth.rfi_vis)
     config = run_config.load({"fit": {"steps": 60, "checkpoint_every": 0},
                               "output": {"plots": False}})  # fmt: skip
-    summary = run.run(obs, tmp_path / "out", config, progress=False)
+    summary = job.run(obs, tmp_path / "out", config, progress=False)
     assert summary["model"]["rfi_groups"] == {}
     results = zarr.open_group(str(tmp_path / "out" / "results.zarr"), mode="r")
     np.testing.assert_array_equal(results["rfi_vis"][...], 0)
@@ -177,5 +177,5 @@ def test_an_observation_without_satellites_is_refused_on_a_sharded_axis(no_satel
     with pytest.raises(
         ValueError, match=r"no satellites, and the source axis .*\(--shard-axis none\)"
     ):
-        run.run(obs := no_satellites, tmp_path / "out", config, shard_axis="source")
+        job.run(obs := no_satellites, tmp_path / "out", config, shard_axis="source")
     assert not (tmp_path / "out").exists() and obs.n_sat == 0

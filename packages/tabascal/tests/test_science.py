@@ -6,14 +6,15 @@ figures from slipping. Single precision, as shipped.
 
 import json
 
-from tabascal import run, run_config
+from tabascal.config import run_config
+from tabascal.fitting import job
 from tabascal.store import read_observation
 
 
 def test_demo_fit_leaves_a_third_of_the_noise_of_rfi_in_the_cleaned_data(demo_store, tmp_path):
     obs = read_observation(demo_store)
     config = run_config.load({"fit": {"checkpoint_every": 0}, "output": {"plots": False}})
-    summary = run.run(obs, tmp_path / "fit", config, progress=False)
+    summary = job.run(obs, tmp_path / "fit", config, progress=False)
     assert json.loads((tmp_path / "fit" / "summary.json").read_text())["steps"] == 400
     truth = summary["truth"]
     print(f"chi2 {summary['chi2_init']:.1f} -> {summary['chi2_final']:.4f}; RFI residual "

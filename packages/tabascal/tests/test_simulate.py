@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from tabascal import geometry as geo
 from tabascal.config import ConfigError
+from tabascal.observation import geometry as geo
 from tabascal.simulate import (
     SimulationError,
     build_scene,

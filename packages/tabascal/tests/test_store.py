@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import zarr
 
-from tabascal.geometry import CircularOrbits
+from tabascal.observation.geometry import CircularOrbits
 from tabascal.store import (
     Observation,
     ObservationWriter,

@@ -10,9 +10,9 @@ import pytest
 from sgp4.api import WGS72, Satrec, jday
 from sgp4.exporter import export_tle
 
-from tabascal import geometry as geo
+from tabascal.observation import geometry as geo
+from tabascal.observation.tle import TleError, TleOrbits, load_tle_orbits, parse_tle
 from tabascal.store import read_observation, write_observation
-from tabascal.tle import TleError, TleOrbits, load_tle_orbits, parse_tle
 
 EPOCH = datetime(2024, 6, 21, 10, 0, tzinfo=UTC)
 SITE = geo.geodetic_to_itrf(np.deg2rad(-26.8247), np.deg2rad(116.7644), 377.0)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from casacore import tables
 
-from tabascal import geometry as geo
+from tabascal.observation import geometry as geo
 
 CODES = {"I": 1, "RR": 5, "RL": 6, "LR": 7, "LL": 8, "XX": 9, "XY": 10, "YX": 11, "YY": 12}
 START_MJD_S = 5225680800.0  # 2024-06-21T10:00:00 UTC

@@ -10,8 +10,8 @@ from casacore.measures import measures
 from casacore.quanta import quantity
 from msbuild import build_ms, expected_cube
 
-from tabascal import geometry as geo
 from tabascal.measurement_set import MeasurementSetReader, MsError, read_observation_ms
+from tabascal.observation import geometry as geo
 
 EPOCH = datetime(2024, 6, 21, 10, 0, 1, tzinfo=UTC)  # first TIME centre minus INTERVAL / 2
 

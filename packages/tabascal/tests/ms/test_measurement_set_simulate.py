@@ -11,11 +11,11 @@ from msbuild import build_ms
 from sgp4.api import WGS72, Satrec
 from sgp4.exporter import export_tle
 
-from tabascal import geometry as geo
 from tabascal.cli import main
 from tabascal.measurement_set import frames, open_observation, read_observation_ms
+from tabascal.observation import geometry as geo
+from tabascal.observation.tle import TleOrbits
 from tabascal.store import read_observation
-from tabascal.tle import TleOrbits
 
 SMALL = """
 array: {n_stations: 6}
@@ -125,7 +125,7 @@ def test_simulated_ms_builds_the_same_model_inputs_as_the_store(twin_observation
     or from the MS written from it; so is the model's static spec (its RFI groups)."""
     import jax
 
-    from tabascal import run_config
+    from tabascal.config import run_config
     from tabascal.model import joint
 
     config = run_config.model_config(run_config.load({"precision": precision}))
@@ -149,13 +149,14 @@ def test_simulated_ms_fits_to_the_same_chi_squared_as_the_store(
     chi2_final by 1e-3 after 3 steps). The run leaves jax's 64-bit mode as it found it."""
     import jax
 
-    from tabascal import run, run_config
+    from tabascal.config import run_config
+    from tabascal.fitting import job
 
     config = run_config.load({"precision": "double", "fit": {"steps": 3, "checkpoint_every": 0},
                               "output": {"plots": False}})  # fmt: skip
     assert not jax.config.jax_enable_x64
     summaries = [
-        run.run(obs, tmp_path / f"fit-{k}", config, progress=False)
+        job.run(obs, tmp_path / f"fit-{k}", config, progress=False)
         for k, obs in enumerate(twin_observations)
     ]
     assert not jax.config.jax_enable_x64

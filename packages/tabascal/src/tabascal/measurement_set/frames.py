@@ -23,8 +23,8 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from tabascal import geometry as geo
 from tabascal.measurement_set import _casacore
+from tabascal.observation import geometry as geo
 
 MJD_ZERO = datetime(1858, 11, 17, tzinfo=UTC)
 # Round-trip corrections of phase_centre_to_j2000; two reach the last bit (see there).

@@ -34,12 +34,12 @@ from pathlib import Path
 
 import numpy as np
 
-from tabascal import geometry as geo
 from tabascal.measurement_set import _casacore, frames
 from tabascal.measurement_set.correlations import correlation_names, correlation_plan
 from tabascal.measurement_set.selection import MsError, scan, subtable
+from tabascal.observation import geometry as geo
+from tabascal.observation.tle import TleOrbits, load_tle_orbits
 from tabascal.store import Observation, ObservationMeta, row_blocks
-from tabascal.tle import TleOrbits, load_tle_orbits
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ import numpy as np
 from tabascal.measurement_set import _casacore, frames
 from tabascal.measurement_set.correlations import STOKES_CODES
 from tabascal.measurement_set.reader import METADATA_KEYWORD, ORBITS_KEYWORD
+from tabascal.observation.tle import TleOrbits
 from tabascal.store import read_meta, read_observation, row_blocks, store_info
-from tabascal.tle import TleOrbits
 
 MEAS_FREQ_TOPO = 5  # casacore MFrequency::TOPO
 

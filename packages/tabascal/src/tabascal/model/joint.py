@@ -27,9 +27,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tabascal import geometry
 from tabascal.model import gains, likelihood, rfi_estimate, rfi_signal, rfi_vis, sky
 from tabascal.model.data_stats import DataStats, MeanPower
+from tabascal.observation import geometry
 
 logger = logging.getLogger(__name__)
 
@@ -299,7 +299,7 @@ class Frame(NamedTuple):
 def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None = None) -> Frame:
     """Everything of the model that the metadata ``meta`` and the data statistics fix (host):
     snr sizes the RFI groups' fine sampling, rfi_level scales the RFI prior; ``build``,
-    ``abstract_model`` and ``store_sharding.build`` add the per-row arrays to it."""
+    ``abstract_model`` and ``blockwise.build`` add the per-row arrays to it."""
     real = np.dtype(PRECISIONS[config.precision])
     n_ant, n_src, n_freq, n_time = meta.n_ant, meta.n_sat, meta.n_freq, meta.n_time
     geom = observation_geometry(meta, config) if geom is None else geom

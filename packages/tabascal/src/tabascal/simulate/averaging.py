@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tabascal import geometry as geo
+from tabascal.observation import geometry as geo
 from tabascal.simulate.beam import beam_x, interpolate_voltage
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tabascal.geometry import C
+from tabascal.observation.geometry import C
 
 FIRST_NULL_X = 3.8317059702075125  # first zero of J1
 # Cubic Hermite interpolation between table points this far apart errs by under 1e-10 (measured

@@ -260,7 +260,7 @@ def expected_snr(scene) -> float:
     import numpy as np
 
     from tabascal.simulate.beam import beam_x, voltage_table
-    from tabascal.simulate.run import rfi_amplitudes
+    from tabascal.simulate.simulation import rfi_amplitudes
 
     m = scene.meta
     table = voltage_table(beam_x(m.dish_diameter_m, m.freqs_hz.max() + m.chan_width, 1.0))

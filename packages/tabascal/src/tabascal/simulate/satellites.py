@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tabascal import geometry as geo
+from tabascal.observation import geometry as geo
 from tabascal.simulate.presets import ORBIT_KINDS
 
 MAX_DRAWS = 2000

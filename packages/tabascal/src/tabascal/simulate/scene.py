@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 import numpy as np
 
 from tabascal import __version__
-from tabascal import geometry as geo
-from tabascal.layouts import ArrayReference, read_layout, ska_low_like_itrf
+from tabascal.observation import geometry as geo
+from tabascal.observation.stations import ArrayReference, read_layout, ska_low_like_itrf
 from tabascal.simulate.beam import first_null_rad
 from tabascal.simulate.satellites import RfiEmission, SimulationError, place_satellites
 from tabascal.store import ObservationMeta

@@ -27,11 +27,11 @@ truth/source_flux_jy           (n_src, n_freq)                 float64    Jy
 Group attributes: ``format``, ``format_version``, ``epoch_utc`` (ISO 8601 start),
 ``gast0_rad``, ``int_time`` (s), ``chan_width`` (Hz), ``ra_rad``, ``dec_rad`` (phase centre),
 ``dish_diameter_m``, ``satellite_names`` (list or null) and ``metadata`` (free JSON).
-Satellites given as TLE element sets (:class:`tabascal.tle.TleOrbits`) are kept instead of the
-``satellites/*`` arrays in the attribute ``satellite_tle`` = {``line1``: [...], ``line2``:
-[...], ``ut1_utc_s``: float} and propagated from the store's ``epoch_utc`` and ``gast0_rad``
-when read. This addition keeps ``format_version`` 1: every version-1 store reads as before,
-and a reader without TLE support refuses such a store by naming the missing
+Satellites given as TLE element sets (:class:`tabascal.observation.tle.TleOrbits`) are kept
+instead of the ``satellites/*`` arrays in the attribute ``satellite_tle`` = {``line1``:
+[...], ``line2``: [...], ``ut1_utc_s``: float} and propagated from the store's ``epoch_utc`` and
+``gast0_rad`` when read. This addition keeps ``format_version`` 1: every version-1 store reads
+as before, and a reader without TLE support refuses such a store by naming the missing
 ``satellites/altitude_m`` array rather than misreading it. A store without satellites has
 ``satellites/*`` arrays of length 0.
 Baseline-shaped arrays share one chunking along the baseline axis (whole channel and time axes
@@ -39,7 +39,7 @@ in each chunk), so a process reads its own rows only. Writes go to a hidden sibl
 renamed into place at the end: a failed write leaves nothing under the final name.
 """
 
-from tabascal.store.layout import (
+from tabascal.store.format import (
     FORMAT,
     FORMAT_VERSION,
     Observation,

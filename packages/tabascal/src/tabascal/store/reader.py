@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from tabascal.geometry import CircularOrbits
-from tabascal.store.layout import (
+from tabascal.observation.geometry import CircularOrbits
+from tabascal.observation.tle import TleError, TleOrbits
+from tabascal.store.format import (
     FORMAT,
     FORMAT_VERSION,
     ORBIT_FIELDS,
@@ -22,7 +23,6 @@ from tabascal.store.layout import (
     StoreInfo,
     Truth,
 )
-from tabascal.tle import TleError, TleOrbits
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tabascal import geometry as geo
-from tabascal.store.layout import row_blocks
+from tabascal.observation import geometry as geo
+from tabascal.store.format import row_blocks
 from tabascal.store.reader import read_meta, read_observation, store_info
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from tabascal.store.layout import (
+from tabascal.observation.tle import TleOrbits
+from tabascal.store.format import (
     FORMAT,
     FORMAT_VERSION,
     ORBIT_FIELDS,
@@ -24,7 +25,6 @@ from tabascal.store.layout import (
     StoreError,
     default_chunk_rows,
 )
-from tabascal.tle import TleOrbits
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from tabascal.geometry import Orbits
+from tabascal.observation.geometry import Orbits
 
 FORMAT = "tabascal.observation"
 FORMAT_VERSION = 1
@@ -59,7 +59,8 @@ class ObservationMeta:
     times_s: (n_time,) cell centres, s from the start. int_time: s. freqs_hz: (n_freq,) channel
     centres. chan_width: Hz. gast0_rad: Greenwich sidereal angle at the start; epoch_utc: the
     start, ISO 8601. ra_rad, dec_rad: phase centre. orbits: the satellites (CircularOrbits or
-    tabascal.tle.TleOrbits; none is ``CircularOrbits([], [], [], [])``). metadata: JSON dict.
+    tabascal.observation.tle.TleOrbits; none is ``CircularOrbits([], [], [], [])``). metadata:
+    JSON dict.
     """
 
     a1: np.ndarray

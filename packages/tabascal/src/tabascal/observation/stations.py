@@ -1,7 +1,7 @@
 """Array layouts: an SKA-Low-like station generator and readers of user layout files.
 
-Positions leave this module as ITRF (m), the frame of :mod:`tabascal.geometry`. Local layouts
-are east-north-up (ENU, m) about a WGS84 reference point.
+Positions leave this module as ITRF (m), the frame of :mod:`tabascal.observation.geometry`.
+Local layouts are east-north-up (ENU, m) about a WGS84 reference point.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tabascal.geometry import enu_to_itrf
+from tabascal.observation.geometry import enu_to_itrf
 
 GOLDEN_ANGLE = np.pi * (3.0 - np.sqrt(5.0))
 # Station pitch in diameters. Vogel's spiral puts nearest neighbours 0.873 pitch apart (measured

@@ -1,4 +1,4 @@
-"""The joint model sharded along the source axis: the comparison route to ``sharding``.
+"""The joint model sharded along the source axis: the comparison route to ``baseline_axis``.
 
 Sources (satellites) are padded to a multiple of the device count with dark sources: RFI
 parameters 0, mean 0 and scale copied from source 0, phase and delays 0. A dark source's signal
@@ -21,8 +21,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tabascal import sharding
 from tabascal.model import gains, joint, likelihood, rfi_signal, rfi_vis, sky
+from tabascal.parallel import baseline_axis
 
 AXIS = "src"
 SOURCE = P(None, AXIS)  # per-source arrays: (n_ant, n_src, ...)
@@ -30,7 +30,7 @@ SOURCE = P(None, AXIS)  # per-source arrays: (n_ant, n_src, ...)
 
 def make_mesh(n_dev: int | None = None) -> Mesh:
     """A 1-D mesh named "src" over the first ``n_dev`` devices (all of them when None)."""
-    return sharding.make_mesh(n_dev, axis=AXIS)
+    return baseline_axis.make_mesh(n_dev, axis=AXIS)
 
 
 @dataclass(frozen=True)

@@ -21,19 +21,11 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from tabascal import (
-    block_output,
-    distributed,
-    fit,
-    memory,
-    plots,
-    run_config,
-    sharding,
-    source_sharding,
-    store_sharding,
-)
-from tabascal.config import dump_yaml
+from tabascal.config import dump_yaml, run_config
+from tabascal.fitting import optimiser, plots, results
 from tabascal.model import gains, joint, likelihood
+from tabascal.parallel import baseline_axis, blockwise, processes, source_axis
+from tabascal.planning import memory
 
 logger = logging.getLogger(__name__)
 
@@ -55,9 +47,9 @@ def prepare_output(out_dir: Path, *, resume: bool, overwrite: bool) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise OutputExistsError(f"{out_dir} exists and is not a folder")
     if resume:
-        if not (out_dir / CHECKPOINTS / fit.CHECKPOINT_NAME).is_file():
+        if not (out_dir / CHECKPOINTS / optimiser.CHECKPOINT_NAME).is_file():
             raise FileNotFoundError(
-                f"--resume: {out_dir / CHECKPOINTS / fit.CHECKPOINT_NAME} does not exist; "
+                f"--resume: {out_dir / CHECKPOINTS / optimiser.CHECKPOINT_NAME} does not exist; "
                 "run without --resume to start a new fit"
             )
         return
@@ -113,11 +105,11 @@ def truth_metrics(prediction: joint.Prediction, obs, noise: float) -> dict:
     for name, (fitted, true) in pairs.items():
         value = _rmse(fitted, true)
         out[name] = {"rmse": value, "rmse_over_noise": value / noise}
-    out["gains"] = block_output.gains_error(prediction.gains, t.gains)
+    out["gains"] = results.gains_error(prediction.gains, t.gains)
     return out
 
 
-def _plot(out_dir: Path, history: fit.FitHistory, rows, model, data, meta) -> None:
+def _plot(out_dir: Path, history: optimiser.FitHistory, rows, model, data, meta) -> None:
     """Loss curve, and model against data on the baselines ``rows`` (first channel)."""
     plots.plot_loss(history.loss, history.chi2, out_dir / "loss.png")
     lengths = _baseline_lengths(meta)
@@ -154,8 +146,9 @@ def _keeping(cubes, rows: np.ndarray, kept: dict):
 class _Route(NamedTuple):
     """What the fit needs of the chosen route.
 
-    unpad: for the whole-array routes, a prediction to the data's rows on the host; spec: the
-    ``sharding.ShardedSpec`` of a baseline-sharded route (outputs go block by block), else None;
+    unpad: for the whole-array routes, a prediction to the data's rows on the host; spec:
+    the ``baseline_axis.ShardedSpec`` of a baseline-sharded route (outputs go block by block),
+    else None;
     devices: those the step runs on (one for the unsharded route, the mesh for the others).
     """
 
@@ -177,10 +170,10 @@ def _whole_route(model: joint.Model, shard_axis: str, reuse_plan: bool) -> _Rout
             partial(joint.predict, spec=model.spec), lambda p: jax.tree.map(np.asarray, p),
             model.info, [jax.devices()[0]], None,
         )  # fmt: skip
-    route = {"baseline": sharding, "source": source_sharding}[shard_axis]
+    route = {"baseline": baseline_axis, "source": source_axis}[shard_axis]
     mesh = route.make_mesh()
     if shard_axis == "baseline":
-        sharded = sharding.shard_model(model, mesh, reuse=reuse_plan)
+        sharded = baseline_axis.shard_model(model, mesh, reuse=reuse_plan)
     else:
         sharded = route.shard_model(model, mesh)
     spec = sharded.spec
@@ -191,18 +184,18 @@ def _whole_route(model: joint.Model, shard_axis: str, reuse_plan: bool) -> _Rout
     )  # fmt: skip
 
 
-def _block_route(sharded: sharding.ShardedModel) -> _Route:
+def _block_route(sharded: baseline_axis.ShardedModel) -> _Route:
     spec = sharded.spec
     return _Route(
-        sharded.params, (sharded.constants, sharded.data), partial(sharding.loss, spec=spec),
-        partial(sharding.predict, spec=spec), None, sharded.info, list(spec.mesh.devices.flat),
+        sharded.params, (sharded.constants, sharded.data), partial(baseline_axis.loss, spec=spec),
+        partial(baseline_axis.predict, spec=spec), None, sharded.info, list(spec.mesh.devices.flat),
         spec,
     )  # fmt: skip
 
 
 def _whole_observation(source):
     """Every row of ``source`` in this process (the routes that need them)."""
-    if isinstance(source, store_sharding.MemoryRows):
+    if isinstance(source, blockwise.MemoryRows):
         return source.obs
     from tabascal.store import read_observation
 
@@ -237,7 +230,7 @@ def _peak_bytes(stages, devices) -> list[int]:
     """Per-device peak of every device of the run, gathered from the processes holding them."""
     here = [d for d in devices if d.process_index == jax.process_index()]
     local = np.asarray(memory.peak_bytes_per_device(stages, here), np.int64)
-    return [int(b) for b in distributed.gather_exact(local).ravel()]
+    return [int(b) for b in processes.gather_exact(local).ravel()]
 
 
 def run(
@@ -255,8 +248,8 @@ def run(
     and return the summary.
 
     obs: a ``tabascal.store.Observation`` (all rows in memory) or a
-    ``store_sharding.RowSource`` (e.g. ``StoreRows``: rows read as needed). On the baseline
-    axis the model is built block by block (``store_sharding.build``): each process reads only
+    ``blockwise.RowSource`` (e.g. ``StoreRows``: rows read as needed). On the baseline
+    axis the model is built block by block (``blockwise.build``): each process reads only
     its own devices' rows and the outputs are written block by block; a multi-process run must
     take that route. shard_axis: none, baseline or source (``run_config.shard_axis``);
     reuse_plan: permute the baselines by the antenna-reuse plan (baseline axis only).
@@ -275,7 +268,7 @@ def run(
 
 
 def _run(obs, out_dir, config, resume, overwrite, shard_axis, reuse_plan, progress) -> dict:
-    source = obs if hasattr(obs, "read") else store_sharding.MemoryRows(obs)
+    source = obs if hasattr(obs, "read") else blockwise.MemoryRows(obs)
     if shard_axis != "none" and source.meta.n_sat == 0:
         raise ValueError(
             f"the observation has no satellites, and the {shard_axis} axis splits the RFI "
@@ -284,23 +277,23 @@ def _run(obs, out_dir, config, resume, overwrite, shard_axis, reuse_plan, progre
         )
     init, seed = config["fit"]["init"], config["fit"]["seed"]
     by_block = shard_axis == "baseline" and init not in joint.WHOLE_OBSERVATION_INITS
-    if not by_block and distributed.process_count() > 1:
+    if not by_block and processes.process_count() > 1:
         raise ValueError(
-            f"a run over {distributed.process_count()} processes reads the data block by block, "
+            f"a run over {processes.process_count()} processes reads the data block by block, "
             f"which needs --shard-axis baseline and init 'data' or 'prior' (got shard axis "
             f"{shard_axis!r}, init {init!r})"
         )
     out_dir = Path(out_dir)
-    with distributed.stage("preparing the output folder"):
-        if distributed.is_writer():
+    with processes.stage("preparing the output folder"):
+        if processes.is_writer():
             prepare_output(out_dir, resume=resume, overwrite=overwrite)
     fit_cfg = run_config.fit_config(config)
     model_cfg = run_config.model_config(config)
     whole_obs = None
     if by_block:
-        mesh = sharding.make_mesh()
+        mesh = baseline_axis.make_mesh()
         route = _block_route(
-            store_sharding.build(source, model_cfg, mesh, init=init, seed=seed, reuse=reuse_plan)
+            blockwise.build(source, model_cfg, mesh, init=init, seed=seed, reuse=reuse_plan)
         )
     else:
         whole_obs = _whole_observation(source)
@@ -309,7 +302,7 @@ def _run(obs, out_dir, config, resume, overwrite, shard_axis, reuse_plan, progre
         # A sharded route drops the unsharded model's device arrays, so that device 0 holds
         # only its own block during the fit.
         del model
-    if distributed.is_writer():
+    if processes.is_writer():
         _write_atomically(out_dir / "config.yaml", dump_yaml(config))
     params, inputs, loss_fn, predict_fn = (
         route.params,
@@ -317,19 +310,19 @@ def _run(obs, out_dir, config, resume, overwrite, shard_axis, reuse_plan, progre
         route.loss_fn,
         route.predict_fn,
     )
-    optimizer = fit.make_optimizer(fit_cfg)
-    state = fit.init_state(params, optimizer)
+    optimizer = optimiser.make_optimizer(fit_cfg)
+    state = optimiser.init_state(params, optimizer)
     history = None
     if resume:
         template = state
-        state, history = fit.load_checkpoint(out_dir / CHECKPOINTS, state)
+        state, history = optimiser.load_checkpoint(out_dir / CHECKPOINTS, state)
         if shard_axis != "none":
             state = _place_like(state, template)
         logger.info("resuming at step %d", int(state.step))
-    compiled = fit.make_step(loss_fn, optimizer).lower(state, inputs).compile()
+    compiled = optimiser.make_step(loss_fn, optimizer).lower(state, inputs).compile()
     stages = [memory.stage_memory(compiled)]
     start = time.perf_counter()
-    state, history = fit.run(
+    state, history = optimiser.run(
         compiled, state, inputs, fit_cfg, history=history,
         checkpoint_dir=out_dir / CHECKPOINTS, progress=progress,
     )  # fmt: skip
@@ -358,7 +351,7 @@ def _run(obs, out_dir, config, resume, overwrite, shard_axis, reuse_plan, progre
         "steps": int(state.step),
         "seconds_fit": seconds_fit,
         "n_devices": len(route.devices),
-        "n_processes": distributed.process_count(),
+        "n_processes": processes.process_count(),
         "shard_axis": shard_axis,
         "reuse_plan": reuse_plan,
         "read_by_block": by_block,
@@ -373,11 +366,11 @@ def _run(obs, out_dir, config, resume, overwrite, shard_axis, reuse_plan, progre
         residual = jax.jit(lambda f, v, m: jax.numpy.where(f, 0, v - m))(
             data.flags, data.vis, prediction.model
         )
-        cubes = block_output.sharded_cubes(prediction, residual, data.flags, spec)
+        cubes = results.sharded_cubes(prediction, residual, data.flags, spec)
         gains_host = np.asarray(prediction.gains.addressable_data(0))
         if source.has_truth:
             noise_mean = float(jax.jit(lambda n: jax.numpy.sum(n[:n_bl]) / n_bl)(data.noise))
-            summary["truth"] = block_output.truth_metrics(
+            summary["truth"] = results.truth_metrics(
                 prediction, spec, source.read_truth, meta.a1, meta.a2, noise_mean
             )
     else:
@@ -400,8 +393,8 @@ def _run(obs, out_dir, config, resume, overwrite, shard_axis, reuse_plan, progre
         "times_s": np.asarray(meta.times_s),
         "freqs_hz": np.asarray(meta.freqs_hz),
     }
-    block_output.write_results(out_dir / RESULTS, _keeping(cubes, plot_rows, kept), whole, n_bl)
-    if distributed.is_writer():
+    results.write_results(out_dir / RESULTS, _keeping(cubes, plot_rows, kept), whole, n_bl)
+    if processes.is_writer():
         if config["output"]["plots"]:
             model_rows = np.stack([kept[int(r)][0] for r in plot_rows])
             data_rows = np.stack([kept[int(r)][1] for r in plot_rows])

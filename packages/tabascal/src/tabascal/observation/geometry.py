@@ -15,7 +15,7 @@ one geometry. Conventions:
 - Satellites move in the same inertial frame. Any object with the :class:`Orbits` protocol
   (``n_sat``, ``names``, ``label(s)``, ``inertial(times_s, n_deriv)``) can be passed where
   orbits are taken: :class:`CircularOrbits` here, or SGP4 orbits from TLE element sets
-  (:class:`tabascal.tle.TleOrbits`). Circular orbits are
+  (:class:`tabascal.observation.tle.TleOrbits`). Circular orbits are
   ``r(t) = Rz(raan) Rx(incl) Rz(u0) R [cos nt, sin nt, 0]`` with ``R = R_EARTH + altitude``,
   ``n = sqrt(GM_EARTH / R^3)`` and ``t`` from the epoch.
 - The delay of satellite s at antenna a is ``tau = -(|x_sat - x_ant| + w_ant) / c`` minus its

@@ -1,7 +1,7 @@
 """The baseline-sharded model built block by block: every process reads only its devices' rows.
 
-``sharding.shard_model`` places a model that ``joint.build`` set up from the whole observation
-in one process. ``build`` makes the same ``sharding.ShardedModel`` without ever holding the
+``baseline_axis.shard_model`` places a model that ``joint.build`` set up from the whole observation
+in one process. ``build`` makes the same ``baseline_axis.ShardedModel`` without ever holding the
 whole observation anywhere:
 
 1. every process reads the rows of its own devices' ownership blocks (``RowSource.read``) and
@@ -15,7 +15,7 @@ whole observation anywhere:
    alone; the initial RFI prediction, the per-baseline sky mean from the data less it, and the
    sky prior's scale are computed on the devices, on ``P("bl")``.
 
-The result equals ``sharding.shard_model(joint.build(obs, ...), mesh, reuse=...)`` (the tests
+The result equals ``baseline_axis.shard_model(joint.build(obs, ...), mesh, reuse=...)`` (the tests
 compare them array by array), except that padded rows' sky means are 0 rather than a copy of
 row 0's (padded rows are flagged; neither value reaches the loss).
 """
@@ -33,9 +33,9 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import tabascal_partition
-from tabascal import distributed, sharding
 from tabascal.model import _whitened, joint, likelihood, sky
 from tabascal.model.data_stats import DataStats
+from tabascal.parallel import baseline_axis, processes
 
 logger = logging.getLogger(__name__)
 
@@ -113,8 +113,8 @@ class StoreRows:
         return store_info(self.path).has_truth
 
     def read_truth(self, rows: np.ndarray):
-        """Raw data and truth of ``rows`` (``block_output.TruthRows``)."""
-        from tabascal.block_output import TruthRows
+        """Raw data and truth of ``rows`` (``results.TruthRows``)."""
+        from tabascal.fitting.results import TruthRows
         from tabascal.store import read_observation
 
         gains = []
@@ -154,8 +154,8 @@ class MemoryRows:
         return self.obs.truth is not None
 
     def read_truth(self, rows: np.ndarray):
-        """Raw data and truth of ``rows`` (``block_output.TruthRows``)."""
-        from tabascal.block_output import TruthRows
+        """Raw data and truth of ``rows`` (``results.TruthRows``)."""
+        from tabascal.fitting.results import TruthRows
 
         rows = np.asarray(rows, np.int64)
         t = self.obs.truth
@@ -183,9 +183,7 @@ def _merge_processes(stats: DataStats) -> DataStats:
     if jax.process_count() == 1:
         return stats
     scalars = np.array([stats.peak_abs, stats.min_noise, stats.n_points], np.float64)
-    gathered = [
-        distributed.gather_exact(x) for x in (scalars, stats.abs_counts, stats.noise_counts)
-    ]
+    gathered = [processes.gather_exact(x) for x in (scalars, stats.abs_counts, stats.noise_counts)]
     merged = None
     for scalars, abs_counts, noise_counts in zip(*gathered, strict=True):
         part = DataStats(float(scalars[0]), float(scalars[1]), int(scalars[2]), abs_counts,
@@ -212,7 +210,7 @@ def _place_blocks(blocks: dict, field: str, fill, mesh, block_size: int, dtype) 
         return np.concatenate([rows, pad])[(slice(None), *index[1:])]
 
     shape = (mesh.size * block_size, *trailing)
-    return jax.make_array_from_callback(shape, NamedSharding(mesh, P(sharding.AXIS)), block)
+    return jax.make_array_from_callback(shape, NamedSharding(mesh, P(baseline_axis.AXIS)), block)
 
 
 def build(
@@ -223,11 +221,11 @@ def build(
     init: str = "data",
     seed: int = 0,
     reuse: bool = False,
-) -> sharding.ShardedModel:
+) -> baseline_axis.ShardedModel:
     """The baseline-sharded model of ``source`` on ``mesh`` (see the module docstring).
 
     init: "data" or "prior" ("truth" needs the whole truth in one process: use
-    ``joint.build`` and ``sharding.shard_model``).
+    ``joint.build`` and ``baseline_axis.shard_model``).
     """
     if init not in ("data", "prior"):
         raise ValueError(
@@ -252,7 +250,7 @@ def build(
             out[d] = _checked(host, int(rows[0]) if rows.size else n_bl)
         return out
 
-    with distributed.stage("reading this process's rows of the observation"):
+    with processes.stage("reading this process's rows of the observation"):
         blocks = read(None)
         stats = None
         for host in blocks.values():
@@ -264,10 +262,10 @@ def build(
     level = config.rfi_sigma or stats.rfi_level(meta.n_sat)
     frame = joint.model_frame(meta, config, stats.snr, level, init, seed)
 
-    layout = sharding.plan_layout(frame.spec, frame.constants, mesh, reuse=reuse)
+    layout = baseline_axis.plan_layout(frame.spec, frame.constants, mesh, reuse=reuse)
     spec, order = layout.spec, layout.order
     if order is not None:
-        with distributed.stage("reading this process's rows in the antenna-reuse order"):
+        with processes.stage("reading this process's rows in the antenna-reuse order"):
             blocks = read(order)
     B, n_rows = spec.block_size, spec.n_rows
 
@@ -280,26 +278,26 @@ def build(
         vis=jax.jit(lambda v, f: jnp.where(f, 0, v))(vis, flags),
         flags=flags,
         noise=place("noise", 1, real),
-        n_points=sharding.replicate(jnp.asarray(stats.n_points, jnp.int32), mesh),
+        n_points=baseline_axis.replicate(jnp.asarray(stats.n_points, jnp.int32), mesh),
     )
 
     sky_host = sky.make_constants(
         config.sky, frame.grid, frame.fringe_rate_hz, scale=1.0, dtype=real
     )
-    rows_spec = NamedSharding(mesh, P(sharding.AXIS))
-    sky_c = sharding.replicate(sky_host._replace(**dict.fromkeys(sky.BASELINE_FIELDS)), mesh)
+    rows_spec = NamedSharding(mesh, P(baseline_axis.AXIS))
+    sky_c = baseline_axis.replicate(sky_host._replace(**dict.fromkeys(sky.BASELINE_FIELDS)), mesh)
     sky_c = sky_c._replace(
-        weight_time=sharding.place_rows(sky_host.weight_time, "copy", layout),
+        weight_time=baseline_axis.place_rows(sky_host.weight_time, "copy", layout),
         mean=jax.jit(lambda: jnp.zeros(n_rows, cplx), out_shardings=rows_spec)(),
     )
-    constants = sharding.place_constants(frame.constants, layout)
-    rfi_params = sharding.replicate(frame.rfi, mesh)
+    constants = baseline_axis.place_constants(frame.constants, layout)
+    rfi_params = baseline_axis.replicate(frame.rfi, mesh)
 
     # The sky mean of each row from its data less the initial RFI prediction, and the sky
     # prior's scale: on the devices, each from its own rows; only the scale's sum crosses.
     @jax.jit
     def sky_start(rfi_params, constants, vis, flags):
-        rfi = sharding.predict_rfi(rfi_params, constants, spec)
+        rfi = baseline_axis.predict_rfi(rfi_params, constants, spec)
         mean = sky.mean_from_data(vis - rfi, flags)
         return mean, jnp.sqrt(jnp.sum(jnp.abs(mean) ** 2) / n_bl)
 
@@ -312,16 +310,19 @@ def build(
     )
     z_shape = (n_bl, 2, sky_host.weight_freq.shape[0], sky_host.weight_time.shape[1])
     sky_params = sky.SkyParams(_sky_start_params(z_shape, real, init, seed, n_rows, order, mesh))
-    params = joint.ModelParams(sky_params, rfi_params, sharding.replicate(frame.gains, mesh))
-    info = sharding.layout_info(dict(frame.info, sky_sigma=sky_sigma, read_by_block=True), layout)
-    return sharding.ShardedModel(spec, constants._replace(sky=sky_c), data, params, layout.plan,
-                                 info)  # fmt: skip
+    params = joint.ModelParams(sky_params, rfi_params, baseline_axis.replicate(frame.gains, mesh))
+    info = baseline_axis.layout_info(
+        dict(frame.info, sky_sigma=sky_sigma, read_by_block=True), layout
+    )
+    return baseline_axis.ShardedModel(
+        spec, constants._replace(sky=sky_c), data, params, layout.plan, info
+    )
 
 
 def _sky_start_params(shape, real, init, seed, n_rows, order, mesh) -> jax.Array:
     """Initial whitened sky parameters on ``P("bl")``: zeros, or the prior draw that
     ``joint.build`` makes (the same numbers), in the shard plan's row order."""
-    out = NamedSharding(mesh, P(sharding.AXIS))
+    out = NamedSharding(mesh, P(baseline_axis.AXIS))
     padded = (n_rows, *shape[1:])
     if init != "prior":
         return jax.jit(lambda: jnp.zeros(padded, real), out_shardings=out)()

@@ -8,8 +8,8 @@ sharding route from a model whose per-row arrays may be ``jax.ShapeDtypeStruct``
 (``joint.abstract_model``), so the memory of a problem too large for the machine at hand can
 be read before any data is read or simulated.
 
-Routes (``ROUTES``): "none" (one device, the plain functions), "source" (``source_sharding``),
-"baseline" (``sharding``) and "reuse" (``sharding`` with the antenna-reuse plan).
+Routes (``ROUTES``): "none" (one device, the plain functions), "source" (``source_axis``),
+"baseline" (``baseline_axis``) and "reuse" (``baseline_axis`` with the antenna-reuse plan).
 ``place_abstract`` runs a route's own placement on a stand-in model whose abstract arrays have
 every axis after the first of length 0, so the route's padding, permutation and shardings are
 its own, and returns the placed model with those arrays abstract again, each carrying the
@@ -38,8 +38,10 @@ import numpy as np
 from jax.sharding import NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
-from tabascal import fit, memory, sharding, source_sharding
+from tabascal.fitting import optimiser
 from tabascal.model import joint, likelihood, sky
+from tabascal.parallel import baseline_axis, source_axis
+from tabascal.planning import memory
 
 logger = logging.getLogger(__name__)
 
@@ -66,8 +68,8 @@ def _place_single(model: joint.Model, mesh) -> joint.Model:
 
 
 def reuse_available() -> bool:
-    """Whether ``sharding.shard_model`` takes the antenna-reuse plan (``reuse=True``)."""
-    return "reuse" in inspect.signature(sharding.shard_model).parameters
+    """Whether ``baseline_axis.shard_model`` takes the antenna-reuse plan (``reuse=True``)."""
+    return "reuse" in inspect.signature(baseline_axis.shard_model).parameters
 
 
 def route(axis: str) -> Route:
@@ -75,17 +77,19 @@ def route(axis: str) -> Route:
     if axis == "none":
         return Route(_place_single, joint.loss, joint.predict, joint.predict_rfi, lambda n: None)
     if axis == "source":
-        s = source_sharding
+        s = source_axis
         return Route(s.shard_model, s.loss, s.predict, s.predict_rfi, s.make_mesh)
     if axis == "reuse" and not reuse_available():
         raise ValueError(
-            "axis 'reuse': this tabascal's sharding.shard_model takes no reuse keyword yet"
+            "axis 'reuse': this tabascal's baseline_axis.shard_model takes no reuse keyword yet"
         )
     if axis in ("baseline", "reuse"):
         place = (
-            partial(sharding.shard_model, reuse=True) if axis == "reuse" else sharding.shard_model
+            partial(baseline_axis.shard_model, reuse=True)
+            if axis == "reuse"
+            else baseline_axis.shard_model
         )
-        s = sharding
+        s = baseline_axis
         return Route(place, s.loss, s.predict, s.predict_rfi, s.make_mesh)
     raise ValueError(f"axis {axis!r} is not known; choose one of {', '.join(AXES)}")
 
@@ -156,7 +160,7 @@ def place_abstract(model: joint.Model, axis: str, mesh):
 
 def bytes_per_device(tree, devices) -> list[int]:
     """Bytes each of ``devices`` holds of the arrays in ``tree`` (real or abstract), from each
-    array's sharding: one shard of ``sharding.shard_shape`` on every device it names."""
+    array's sharding: one shard of ``baseline_axis.shard_shape`` on every device it names."""
     totals = dict.fromkeys(devices, 0)
     for leaf in jax.tree.leaves(tree):
         shard = leaf.sharding.shard_shape(leaf.shape)
@@ -214,7 +218,9 @@ def state_shardings(params, state_shape, mesh, device):
     return jax.tree.map(lambda s: by_shape.get((s.shape, np.dtype(s.dtype)), other), state_shape)
 
 
-def compile_stages(placed, axis: str, fit_config: fit.FitConfig, devices) -> list[StageReport]:
+def compile_stages(
+    placed, axis: str, fit_config: optimiser.FitConfig, devices
+) -> list[StageReport]:
     """Compile every stage of a fit of ``placed`` (from ``place_abstract``, or a real placed
     model) on ``axis`` and report each stage's memory (see the module docstring)."""
     r = route(axis)
@@ -227,7 +233,7 @@ def compile_stages(placed, axis: str, fit_config: fit.FitConfig, devices) -> lis
         rfi = r.predict_rfi(params.rfi, constants, spec)
         return sky.mean_from_data(data.vis - rfi, data.flags)
 
-    optimizer = fit.make_optimizer(fit_config)
+    optimizer = optimiser.make_optimizer(fit_config)
     loss_fn = partial(r.loss, spec=spec)
 
     def diagnostics(params, inputs):
@@ -256,10 +262,10 @@ def compile_stages(placed, axis: str, fit_config: fit.FitConfig, devices) -> lis
     shardings = state_shardings(params, state_shape, mesh, SingleDeviceSharding(devices[0]))
     init = jax.jit(optimizer.init, out_shardings=shardings)
     opt_state = _output_tree(stage("optimiser_init", init, (params,)), state_shape, mesh)
-    state = fit.FitState(params, opt_state, jax.ShapeDtypeStruct((), np.int32))
+    state = optimiser.FitState(params, opt_state, jax.ShapeDtypeStruct((), np.int32))
     inputs = (constants, data)
     stage("diagnostics", jax.jit(diagnostics), (params, inputs), extra=opt_state)
-    stage("step", fit.make_step(loss_fn, optimizer), (state, inputs), extra=opt_state)
+    stage("step", optimiser.make_step(loss_fn, optimizer), (state, inputs), extra=opt_state)
     predict_fn = partial(r.predict, spec=spec)
     predicted = stage("predict", jax.jit(predict_fn), (params, constants), extra=opt_state)
     prediction = _output_tree(predicted, jax.eval_shape(predict_fn, params, constants), mesh)

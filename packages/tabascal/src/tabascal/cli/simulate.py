@@ -1,16 +1,9 @@
-"""The ``tabascal`` command line.
-
-Each subcommand is a ``_add_<name>(subparsers)`` function that registers its parser and sets
-``func``, the callable that receives the parsed arguments and returns an exit status.
-"""
+"""The store commands of the ``tabascal`` command line: ``simulate`` and ``inspect``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-
-from tabascal.cli_fit import add_demo, add_plan, add_run, use_devices
-from tabascal.measurement_set.commands import add_export_ms, add_import_ms
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -77,7 +70,7 @@ def _plan_lines(layout) -> list[str]:
     ]
 
 
-def _add_simulate(subparsers) -> None:
+def add_simulate(subparsers) -> None:
     from tabascal.simulate import PRESETS
 
     parser = subparsers.add_parser(
@@ -120,7 +113,7 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_inspect(subparsers) -> None:
+def add_inspect(subparsers) -> None:
     parser = subparsers.add_parser(
         "inspect",
         help="summarise an observation store",
@@ -129,33 +122,3 @@ def _add_inspect(subparsers) -> None:
     )
     parser.add_argument("store", help="path of the observation store")
     parser.set_defaults(func=_inspect)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tabascal",
-        description="Trajectory-based RFI subtraction and calibration for radio interferometers.",
-    )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    add_demo(subparsers)
-    _add_simulate(subparsers)
-    _add_inspect(subparsers)
-    add_run(subparsers)
-    add_plan(subparsers)
-    add_import_ms(subparsers)
-    add_export_ms(subparsers)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help(sys.stderr)
-        return 2
-    if getattr(args, "devices", None):
-        error = use_devices(args.devices)
-        if error:
-            print(f"tabascal {args.command}: error: {error}", file=sys.stderr)
-            return 2
-    return args.func(args)

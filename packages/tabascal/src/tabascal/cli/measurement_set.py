@@ -34,7 +34,7 @@ def _fail(command: str, err: BaseException) -> int:
 def _elevation_lines(meta) -> list[str]:
     import numpy as np
 
-    from tabascal.geometry import satellite_elevation
+    from tabascal.observation.geometry import satellite_elevation
 
     el = np.rad2deg(satellite_elevation(meta.ant_itrf, meta.orbits, meta.times_s, meta.gast0_rad))
     return [
@@ -46,8 +46,8 @@ def _elevation_lines(meta) -> list[str]:
 
 def _import_ms(args: argparse.Namespace) -> int:
     from tabascal.measurement_set import MissingExtraError, MsError, import_measurement_set
+    from tabascal.observation.tle import TleError
     from tabascal.store import StoreError
-    from tabascal.tle import TleError
 
     if args.satellites and not args.tle:
         return _fail("import-ms", ValueError("--satellites needs --tle FILE"))

@@ -19,7 +19,7 @@ import numpy as np
 import zarr
 from tqdm import tqdm
 
-from tabascal import geometry as geo
+from tabascal.observation import geometry as geo
 from tabascal.simulate.averaging import (
     FineSampling,
     cells_vis,

@@ -2,7 +2,7 @@
 
 A baseline-sharded fit ends with its cubes on ``P("bl")``, each device holding one block of B
 rows (in the antenna-reuse order when that plan is used). ``write_results`` brings one block at
-a time to process 0 (``distributed.host_rows``) and writes it at its rows in the data's order;
+a time to process 0 (``processes.host_rows``) and writes it at its rows in the data's order;
 ``truth_metrics`` reduces each process's own blocks against the truth rows it reads itself and
 sums the totals across processes. An unsharded fit is the case of a single block.
 """
@@ -18,9 +18,9 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from tabascal import distributed
 from tabascal.model import gains
-from tabascal.store.layout import default_chunk_rows
+from tabascal.parallel import processes
+from tabascal.store.format import default_chunk_rows
 
 #: The cubes of results.zarr, each (n_bl, n_freq, n_time) in the data's row order.
 CUBES = ("sky_vis", "rfi_vis", "model_vis", "residual", "flags")
@@ -36,7 +36,7 @@ class Block(NamedTuple):
 
 
 def blocks(spec) -> list[Block]:
-    """The real rows of every device of a ``sharding.ShardedSpec``, in mesh order."""
+    """The real rows of every device of a ``baseline_axis.ShardedSpec``, in mesh order."""
     n_bl, B = spec.model.n_bl, spec.block_size
     out = []
     for d in range(spec.n_dev):
@@ -71,7 +71,7 @@ def write_results(
     """
     import zarr
 
-    writer = distributed.is_writer()
+    writer = processes.is_writer()
     path = Path(path)
     partial_path = path.with_name("." + path.name + ".partial")
     group = None
@@ -128,7 +128,7 @@ def sharded_cubes(prediction, residual, flags, spec) -> Iterator[tuple[np.ndarra
             yield (
                 block.rows,
                 {
-                    name: distributed.host_rows(x, block.start, block.stop)
+                    name: processes.host_rows(x, block.start, block.stop)
                     for name, x in named.items()
                 },
             )
@@ -145,7 +145,7 @@ class TruthRows(NamedTuple):
 
 
 def truth_metrics(prediction, spec, read_truth, a1, a2, noise_mean: float) -> dict:
-    """RMSE against the truth, as ``run.truth_metrics``, from each process's own blocks.
+    """RMSE against the truth, as ``job.truth_metrics``, from each process's own blocks.
 
     read_truth(rows) -> ``TruthRows``; a1, a2: (n_bl,) in the data's order.
     """
@@ -172,7 +172,7 @@ def truth_metrics(prediction, spec, read_truth, a1, a2, noise_mean: float) -> di
             np.sum(np.abs(truth.vis - truth.sky_vis) ** 2),
             np.sum(np.abs(fitted_sky - true_sky) ** 2),
         ]
-    total = distributed.gather_exact(sums).sum(axis=0)
+    total = processes.gather_exact(sums).sum(axis=0)
     count = spec.model.n_bl * spec.model.n_freq * spec.model.n_time
     out = {}
     names = ("sky", "rfi", "raw_data", "apparent_sky")

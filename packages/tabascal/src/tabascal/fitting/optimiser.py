@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from tabascal import distributed
+from tabascal.parallel import processes
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ def run(
         initial=done,
         unit="step",
         leave=False,
-        disable=not (progress and distributed.is_writer()),
+        disable=not (progress and processes.is_writer()),
     )
     try:
         for _ in range(done, config.total_steps):
@@ -183,7 +183,7 @@ def _host(leaf) -> np.ndarray:
         return np.asarray(jax.device_get(leaf))
     if leaf.sharding.is_fully_replicated:
         return np.asarray(leaf.addressable_data(0))
-    return distributed.host_rows(leaf, 0, leaf.shape[0])
+    return processes.host_rows(leaf, 0, leaf.shape[0])
 
 
 def save_checkpoint(directory: Path, state: FitState, history: FitHistory) -> Path:
@@ -192,7 +192,7 @@ def save_checkpoint(directory: Path, state: FitState, history: FitHistory) -> Pa
     # In a multi-process run every process takes part in gathering the leaves; process 0 writes.
     arrays = {f"leaf_{i}": _host(leaf) for i, leaf in enumerate(jax.tree_util.tree_leaves(state))}
     final = directory / CHECKPOINT_NAME
-    if not distributed.is_writer():
+    if not processes.is_writer():
         return final
     directory.mkdir(parents=True, exist_ok=True)
     arrays["leaf_names"] = np.array(_leaf_names(state))

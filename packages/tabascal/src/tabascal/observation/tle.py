@@ -6,11 +6,12 @@ equator and the mean equinox of each instant, which is the Earth-fixed frame (IT
 polar motion) rotated about z by the Greenwich mean sidereal angle: ``r_earth = Rz(-GMST) r_teme``.
 
 Frame conversion. tabascal's inertial frame is the ITRF rotated about z by
-``gast(t) = gast0_rad + OMEGA_EARTH t`` (:mod:`tabascal.geometry`), so a TEME vector becomes
+``gast(t) = gast0_rad + OMEGA_EARTH t`` (:mod:`tabascal.observation.geometry`), so a TEME
+vector becomes
 
     ``r(t) = Rz(phi(t)) r_teme(t)``,  ``phi(t) = gast0_rad + OMEGA_EARTH t - GMST(t)``,
 
-with GMST the IAU 1982 angle of :func:`tabascal.geometry.greenwich_sidereal_angle` at
+with GMST the IAU 1982 angle of :func:`tabascal.observation.geometry.greenwich_sidereal_angle` at
 UT1 = UTC + ``ut1_utc_s``. ``phi(0) = gast0_rad - GMST(epoch)`` is zero when gast0_rad is the
 GMST of the start, as the simulator and ``import-ms`` set it; phi then drifts at
 ``OMEGA_EARTH - dGMST/dt``, about -8.6e-12 rad/s (OMEGA_EARTH is the IERS rate, the GMST
@@ -36,7 +37,7 @@ Accuracy (tests/test_tle.py). Against the sgp4 package's published verification 
 deep-space), rotated back to TEME, positions agree to 1.2e-7 km at worst (the sgp4 package's
 own test allows 2e-7 km). Rotated to the Earth-fixed frame as the antennas are, they agree with
 the TEME -> PEF rotation by GMST(UT1) to 3e-5 m. A zero-eccentricity element set made from a
-:class:`tabascal.geometry.CircularOrbits` orbit follows the circle to 16 km (6e-4 of the
+:class:`tabascal.observation.geometry.CircularOrbits` orbit follows the circle to 16 km (6e-4 of the
 radius, GPS altitude) and 15 km (2e-3, 550 km) over an hour: SGP4 models the Earth's J2 and,
 for deep-space orbits, the Moon and Sun, which a Keplerian circle does not.
 """
@@ -51,7 +52,7 @@ from pathlib import Path
 import numpy as np
 from sgp4.api import SGP4_ERRORS, WGS72, Satrec, jday
 
-from tabascal.geometry import OMEGA_EARTH, R_EARTH, greenwich_sidereal_angle, rotate_z
+from tabascal.observation.geometry import OMEGA_EARTH, R_EARTH, greenwich_sidereal_angle, rotate_z
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +151,7 @@ class TleOrbits:
     datetime; stored as a string), which ``times_s`` count from. gast0_rad: the observation's
     Greenwich sidereal angle at the start (default: GMST of epoch_utc, as the simulator uses).
     names: n_sat strings or None. ut1_utc_s: UT1 - UTC (s) for the Earth's orientation.
-    Implements :class:`tabascal.geometry.Orbits`.
+    Implements :class:`tabascal.observation.geometry.Orbits`.
     """
 
     line1: tuple[str, ...]

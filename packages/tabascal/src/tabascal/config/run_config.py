@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 
-from tabascal import fit
 from tabascal.config import ConfigError, Option, Section, validate
+from tabascal.fitting import optimiser
 from tabascal.model import gains, joint, rfi_signal, rfi_vis, sky
 
 SHARD_AXES = ("none", "source", "baseline")
@@ -99,7 +99,9 @@ SCHEMA = Section(
         "fit": Section(
             "The optimisation.",
             {
-                "optimizer": Option(str, "adabelief", "optax optimiser", choices=fit.OPTIMIZERS),
+                "optimizer": Option(
+                    str, "adabelief", "optax optimiser", choices=optimiser.OPTIMIZERS
+                ),
                 "learning_rate": Option(float, 0.1, "step size of the first phase", min=0.0),
                 "steps": Option(int, 400, "steps in the first phase", min=0),
                 "second_phase_steps": Option(
@@ -197,9 +199,9 @@ def model_config(config: dict) -> joint.ModelConfig:
     )  # fmt: skip
 
 
-def fit_config(config: dict) -> fit.FitConfig:
+def fit_config(config: dict) -> optimiser.FitConfig:
     f = config["fit"]
-    return fit.FitConfig(
+    return optimiser.FitConfig(
         optimizer=f["optimizer"],
         learning_rate=f["learning_rate"],
         steps=f["steps"],

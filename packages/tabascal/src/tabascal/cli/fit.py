@@ -47,8 +47,7 @@ def use_devices(n: int) -> str | None:
 
 
 def _load_config(path, overrides=None) -> dict:
-    from tabascal import run_config
-    from tabascal.config import load_yaml, merge
+    from tabascal.config import load_yaml, merge, run_config
 
     data = load_yaml(path) if path else {}
     return run_config.load(merge(overrides or {}, data) if overrides else data)
@@ -91,14 +90,17 @@ def _step_memory_by_axis(obs, config: dict, summary: dict) -> dict[str, tuple[in
 
     import jax
 
-    from tabascal import fit, memory, run_config, sharding
+    from tabascal.config import run_config
+    from tabascal.fitting import optimiser
     from tabascal.model import joint
+    from tabascal.parallel import baseline_axis
+    from tabascal.planning import memory
 
     model = joint.build(obs, run_config.model_config(config), init=config["fit"]["init"])
-    sharded = sharding.shard_model(model, sharding.make_mesh())
-    optimizer = fit.make_optimizer(run_config.fit_config(config))
-    state = jax.eval_shape(partial(fit.init_state, optimizer=optimizer), sharded.params)
-    step = fit.make_step(partial(sharding.loss, spec=sharded.spec), optimizer)
+    sharded = baseline_axis.shard_model(model, baseline_axis.make_mesh())
+    optimizer = optimiser.make_optimizer(run_config.fit_config(config))
+    state = jax.eval_shape(partial(optimiser.init_state, optimizer=optimizer), sharded.params)
+    step = optimiser.make_step(partial(baseline_axis.loss, spec=sharded.spec), optimizer)
     stage = memory.stage_memory(step.lower(state, (sharded.constants, sharded.data)).compile())
     return {
         summary["shard_axis"]: (summary["n_devices"], summary["step_memory"]),
@@ -131,7 +133,7 @@ def _read(path, config: dict | None = None):
     import dataclasses
 
     from tabascal.measurement_set import open_observation
-    from tabascal.tle import load_tle_orbits
+    from tabascal.observation.tle import load_tle_orbits
 
     obs = open_observation(path)
     satellites = (config or {}).get("satellites", {})
@@ -151,15 +153,15 @@ def _source(path, config: dict):
     import dataclasses
 
     from tabascal.measurement_set import is_measurement_set
+    from tabascal.parallel.blockwise import MemoryRows, StoreRows
     from tabascal.store import read_meta
-    from tabascal.store_sharding import MemoryRows, StoreRows
 
     if is_measurement_set(path):
         return MemoryRows(_read(path, config))
     meta = read_meta(path)
     satellites = config.get("satellites", {})
     if satellites.get("tle_file"):
-        from tabascal.tle import load_tle_orbits
+        from tabascal.observation.tle import load_tle_orbits
 
         orbits = load_tle_orbits(
             satellites["tle_file"], satellites["catalogue_numbers"], meta.epoch_utc,
@@ -172,14 +174,14 @@ def _source(path, config: dict):
 def _start_processes(args) -> str | None:
     """Join a multi-process run when flags or launcher variables describe one; an error
     message when they are wrong or the run cannot be joined."""
-    from tabascal import distributed
+    from tabascal.parallel import processes
 
     try:
-        distributed.initialize(distributed.launch_from(
+        processes.initialize(processes.launch_from(
             coordinator=args.coordinator, num_processes=args.num_processes,
             process_id=args.process_id,
         ))  # fmt: skip
-    except distributed.LaunchError as err:
+    except processes.LaunchError as err:
         return str(err)
     return None
 
@@ -189,8 +191,9 @@ def _run(args: argparse.Namespace) -> int:
     if error:
         print(f"tabascal run: error: {error}", file=sys.stderr)
         return 2
-    from tabascal import distributed, run, run_config
-    from tabascal.config import ConfigError, describe
+    from tabascal.config import ConfigError, describe, run_config
+    from tabascal.fitting import job
+    from tabascal.parallel import processes
     from tabascal.store import StoreError
 
     if args.list_keys:
@@ -203,17 +206,17 @@ def _run(args: argparse.Namespace) -> int:
         config = _apply_flags(_load_config(args.config), args)
         axis = run_config.shard_axis(args.shard_axis, config)
         reuse = run_config.reuse_plan(args.reuse_plan, config, axis)
-        summary = run.run(
+        summary = job.run(
             _source(args.data, config), Path(args.output), config, resume=args.resume,
             overwrite=args.overwrite, shard_axis=axis, reuse_plan=reuse, progress=not args.quiet,
         )  # fmt: skip
     except (ConfigError, StoreError, ValueError, FileExistsError, FileNotFoundError) as err:
         print(f"tabascal run: error: {err}", file=sys.stderr)
         return 2
-    except (NotImplementedError, ImportError, distributed.PeerFailure) as err:
+    except (NotImplementedError, ImportError, processes.PeerFailure) as err:
         print(f"tabascal run: error: {err}", file=sys.stderr)
         return 2
-    if distributed.is_writer():
+    if processes.is_writer():
         print(f"tabascal run: wrote {args.output}")
         print("\n".join(_summary_lines(summary)))
     return 0
@@ -237,7 +240,7 @@ def add_run(subparsers) -> None:
     )
     _add_common(parser)
     parser.add_argument("-o", "--output", help="output folder")
-    parser.add_argument("--steps", type=int, help="optimisation steps (overrides fit.steps)")
+    parser.add_argument("--steps", type=int, help="optimisation steps (overrides optimiser.steps)")
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="replace earlier results")
     parser.add_argument(
@@ -247,7 +250,7 @@ def add_run(subparsers) -> None:
     parser.add_argument(
         "--reuse-plan", action=argparse.BooleanOptionalAction, default=None,
         help="with --shard-axis baseline: permute the baselines so that each device touches "
-        "few antennas (overrides config key sharding.reuse_plan)",
+        "few antennas (overrides config key baseline_axis.reuse_plan)",
     )  # fmt: skip
     group = parser.add_argument_group(
         "multi-process runs",
@@ -278,9 +281,10 @@ def _plan(args: argparse.Namespace) -> int:
 
     import jax
 
-    from tabascal import fit, memory, run_config
-    from tabascal.config import ConfigError
+    from tabascal.config import ConfigError, run_config
+    from tabascal.fitting import optimiser
     from tabascal.model import joint
+    from tabascal.planning import memory
     from tabascal.store import StoreError
 
     if args.data is None:
@@ -293,10 +297,10 @@ def _plan(args: argparse.Namespace) -> int:
     except (ConfigError, StoreError, ValueError, ImportError) as err:
         print(f"tabascal plan: error: {err}", file=sys.stderr)
         return 2
-    optimizer = fit.make_optimizer(run_config.fit_config(config))
-    state = jax.eval_shape(partial(fit.init_state, optimizer=optimizer), model.params)
+    optimizer = optimiser.make_optimizer(run_config.fit_config(config))
+    state = jax.eval_shape(partial(optimiser.init_state, optimizer=optimizer), model.params)
     inputs = (model.constants, model.data)
-    step = fit.make_step(partial(joint.loss, spec=model.spec), optimizer)
+    step = optimiser.make_step(partial(joint.loss, spec=model.spec), optimizer)
     stage = memory.stage_memory(step.lower(state, inputs).compile())
     device = jax.devices()[0]
     capacity = _device_capacity_bytes(device)
@@ -330,7 +334,8 @@ def add_plan(subparsers) -> None:
 def _demo(args: argparse.Namespace) -> int:
     import jax
 
-    from tabascal import run, run_config
+    from tabascal.config import run_config
+    from tabascal.fitting import job
     from tabascal.simulate import simulate, simulation_config
 
     work = Path(args.output) if args.output else Path(tempfile.mkdtemp(prefix="tabascal-demo-"))
@@ -346,7 +351,7 @@ def _demo(args: argparse.Namespace) -> int:
     if args.steps is not None:
         config["fit"]["steps"] = args.steps
     print(f"tabascal demo: fitting ({config['fit']['steps']} steps) into {out_dir}")
-    summary = run.run(obs, out_dir, config, overwrite=True, progress=not args.quiet)
+    summary = job.run(obs, out_dir, config, overwrite=True, progress=not args.quiet)
     print("\n".join(_summary_lines(summary)))
     if jax.device_count() > 1:
         print("\n".join(_memory_lines(_step_memory_by_axis(obs, config, summary))))
