@@ -49,17 +49,48 @@ class _Signal(NamedTuple):
     delay: jax.Array  # (n_ant, n_time, n_rfi, 4): orders 0..3
 
 
+class _AnalyticTables(NamedTuple):
+    """Interpolation tables and fine offsets of the analytic operator. Real arrays are float32
+    with complex64 ``amp`` and float64 with complex128.
+
+    w_freq: (n_freq, n_sf, n_int_f) real weights of data channels start_freq[f] + k at fine
+        channel u of channel f.
+    start_freq: (n_freq,) int32 first data channel of each channel's stencil.
+    g_time: (n_time, n_st, n_coef) real coefficient of x**m, x = 2 tau / int_time in [-1, 1],
+        of data time start_time[t] + l in integration t.
+    start_time: (n_time,) int32 first data time of each integration's stencil.
+    dnu_mhz: (n_int_f,) real fine-channel offsets from the channel centre (MHz).
+    freq_mhz: (n_freq,) real channel centres (MHz).
+    """
+
+    w_freq: jax.Array
+    start_freq: jax.Array
+    g_time: jax.Array
+    start_time: jax.Array
+    dnu_mhz: jax.Array
+    freq_mhz: jax.Array
+
+
+class _BlockGrid(NamedTuple):
+    """Static shape (Python ints) of the analytic operator's blocks: n_row_blocks x
+    n_cell_blocks blocks, each of rows_per_block baselines by cells_per_block cells."""
+
+    n_row_blocks: int
+    n_cell_blocks: int
+    rows_per_block: int
+    cells_per_block: int
+
+
 def _coefficients(signal, tables, antenna, cell_f, cell_t):
-    """Monomial coefficients in x of each pair end: (B,) antennas -> (m, B, C, n_rfi, u)."""
-    w_freq, start_freq, g_time, start_time = tables[:4]
-    freq_rows = start_freq[cell_f][:, None] + jnp.arange(w_freq.shape[1])
-    time_rows = start_time[cell_t][:, None] + jnp.arange(g_time.shape[1])
+    """Monomial coefficients in x of each pair end, from :class:`_AnalyticTables` ``tables``:
+    (B,) antennas -> (m, B, C, n_rfi, u)."""
+    freq_rows = tables.start_freq[cell_f][:, None] + jnp.arange(tables.w_freq.shape[1])
+    time_rows = tables.start_time[cell_t][:, None] + jnp.arange(tables.g_time.shape[1])
     stencil = signal.amp[
         antenna[:, None, None, None], freq_rows[None, :, :, None], time_rows[None, :, None]
     ]  # (B, C, k, l, n_rfi)
-    return jnp.einsum(
-        "bcklr,cku,clm->mbcru", stencil, w_freq[cell_f], g_time[cell_t], precision=_HIGHEST
-    )
+    w_freq, g_time = tables.w_freq[cell_f], tables.g_time[cell_t]
+    return jnp.einsum("bcklr,cku,clm->mbcru", stencil, w_freq, g_time, precision=_HIGHEST)
 
 
 def _phase_cubic(signal, tables, half_time, p, q, cell_f, cell_t):
@@ -69,11 +100,11 @@ def _phase_cubic(signal, tables, half_time, p, q, cell_f, cell_t):
     phases and of the delay orders 0..3 of p and q; nu = freq_mhz + dnu_mhz (MHz), delays in
     us: MHz x us = cycles.
     """
-    dnu_mhz, freq_mhz = tables[4:]
+    dnu_mhz = tables.dnu_mhz
     d_phase = signal.phase[p[:, None], cell_f, cell_t] - signal.phase[q[:, None], cell_f, cell_t]
     d_delay = signal.delay[p[:, None], cell_t] - signal.delay[q[:, None], cell_t]
     d = [d_delay[..., k, None] for k in range(4)]  # (B, C, n_rfi, 1)
-    nu = (freq_mhz[cell_f][:, None] + dnu_mhz)[:, None, :]  # (C, 1, n_int_f)
+    nu = (tables.freq_mhz[cell_f][:, None] + dnu_mhz)[:, None, :]  # (C, 1, n_int_f)
     phi0 = d_phase[..., None] + 2 * math.pi * dnu_mhz * d[0]
     a = 2 * math.pi * nu * d[1] * half_time
     b = math.pi * nu * d[2] * half_time**2
@@ -93,7 +124,7 @@ def _bytes_per_pair_cell(amp, n_int_f, n_mom, segments, terms, cubic_terms):
 def _block_plan(n_bl, n_freq, n_time, per_pair_cell, budget):
     """Blocks of (baseline rows, cells): all baselines and as many cells as the budget allows,
     or one cell and a share of the baselines. Returns the (n_blocks, ...) row and cell
-    coordinates and the grid shape (n_row_blocks, n_cell_blocks, rows, cells) per block."""
+    coordinates and the :class:`_BlockGrid`."""
     n_cells = n_freq * n_time
     cells_per_block, n_cell_blocks = block_size(n_cells, n_bl * per_pair_cell, budget)
     rows_per_block, n_row_blocks = block_size(n_bl, cells_per_block * per_pair_cell, budget)
@@ -106,7 +137,7 @@ def _block_plan(n_bl, n_freq, n_time, per_pair_cell, budget):
         np.tile(cell_f, (n_row_blocks, 1)),
         np.tile(cell_t, (n_row_blocks, 1)),
     )
-    return coordinates, (n_row_blocks, n_cell_blocks, rows_per_block, cells_per_block)
+    return coordinates, _BlockGrid(n_row_blocks, n_cell_blocks, rows_per_block, cells_per_block)
 
 
 @functools.partial(
@@ -133,7 +164,7 @@ def _analytic(
     signal = _Signal(
         amp.transpose(0, 2, 3, 1), phase.transpose(0, 2, 3, 1), delay_us.transpose(0, 2, 1, 3)
     )
-    n_int_f, n_coef = tables[0].shape[2], tables[2].shape[2]
+    n_int_f, n_coef = tables.w_freq.shape[2], tables.g_time.shape[2]
     n_mom = 2 * n_coef - 1
 
     def block(coordinates):
@@ -164,7 +195,9 @@ def _analytic(
     if saved_bytes <= memory_budget_bytes:
         policy = jax.checkpoint_policies.save_only_these_names(_MOMENTS)
     ys = map_blocks(block, coordinates, policy).reshape(grid)
-    vis = ys.transpose(0, 2, 1, 3).reshape(grid[0] * grid[2], grid[1] * grid[3])
+    vis = ys.transpose(0, 2, 1, 3).reshape(
+        grid.n_row_blocks * grid.rows_per_block, grid.n_cell_blocks * grid.cells_per_block
+    )
     return vis[:n_bl, : n_freq * n_time].reshape(n_bl, n_freq, n_time)
 
 
@@ -230,8 +263,9 @@ def analytic_eval_with_indices(
         "cubic_terms": _validate.option(_FN, "cubic_terms", cubic_terms, 0, 8),
         "memory_budget_bytes": _validate.budget(_FN, memory_budget_bytes),
     }
-    tables = (w_freq, start_freq.astype("int32"), g_time, start_time.astype("int32"))
-    tables += (dnu_mhz, freq_mhz)
+    tables = _AnalyticTables(
+        w_freq, start_freq.astype("int32"), g_time, start_time.astype("int32"), dnu_mhz, freq_mhz
+    )
     int_time = jnp.asarray(int_time, real)
     if delay_us.shape[-1] < 4:
         # No third derivative: the cubic coefficient is exactly zero, and so is every term of

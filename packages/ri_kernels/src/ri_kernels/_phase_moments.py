@@ -43,6 +43,7 @@ gradients cost three more moments, never a pass back through the recurrences.
 
 import math
 from functools import partial
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -66,6 +67,21 @@ _CHUNK = 1024
 # benchmark, 2-core machine: value-and-gradient 0.48-0.95 s against 0.61-0.98 s with one
 # loop, interleaved runs at load 1.6-3.5).
 _CPU_LOOPS = 2
+
+
+class _MomentOptions(NamedTuple):
+    """Static options of one evaluation of the moments, Python ints (see the module docstring).
+
+    n_moments: number of moments W_0..W_{n_moments-1}, 1..17.
+    segments: equal pieces [-1, 1] is split into, 1..1024.
+    terms: terms of the curvature expansion, 1..32.
+    cubic_terms: terms K of the residual cubic series, 0..8.
+    """
+
+    n_moments: int
+    segments: int
+    terms: int
+    cubic_terms: int
 
 
 def phase_moments(
@@ -140,10 +156,10 @@ def _flat(phi0, a, b, c, n_moments, segments, terms, cubic_terms):
     """W over 1-D elements as (real, imaginary) parts, each (n_moments, size): the expansion
     everywhere, then the curved pieces."""
     cubics = (phi0, a, b, c)
-    options = (n_moments, segments, terms, cubic_terms)
+    options = _MomentOptions(n_moments, segments, terms, cubic_terms)
     if phi0.size <= _CHUNK:
         # One chunk: both methods on every element, one program to compile instead of two.
-        w, _ = _evaluate(*cubics, *options, with_curved=True)
+        w, _ = _evaluate(*cubics, options, with_curved=True)
         return w
     w, curved = _in_blocks(cubics, options)
     return _patch_curved(w, curved, cubics, options)
@@ -155,17 +171,17 @@ def _in_blocks(cubics, options):
     measured within noise of each other), in _CPU_LOOPS independent loops."""
     size = cubics[0].size
     if jax.default_backend() != "cpu" or size <= _CPU_BLOCK:
-        return _evaluate(*cubics, *options, with_curved=False)
+        return _evaluate(*cubics, options, with_curved=False)
     n_loops = min(_CPU_LOOPS, -(-size // _CPU_BLOCK))
     pad = -size % (_CPU_BLOCK * n_loops)
     blocks = tuple(jnp.pad(v, (0, pad)).reshape(n_loops, -1, _CPU_BLOCK) for v in cubics)
     outs = [
-        jax.lax.map(lambda v: _evaluate(*v, *options, with_curved=False), [v[i] for v in blocks])
+        jax.lax.map(lambda v: _evaluate(*v, options, with_curved=False), [v[i] for v in blocks])
         for i in range(n_loops)
     ]
     w, curved = jax.tree.map(lambda *v: jnp.concatenate(v), *outs)
     # (n_blocks, n_moments, block) -> (n_moments, size): a copy of whole blocks.
-    w = tuple(v.transpose(1, 0, 2).reshape(options[0], -1)[:, :size] for v in w)
+    w = tuple(v.transpose(1, 0, 2).reshape(options.n_moments, -1)[:, :size] for v in w)
     return w, curved.reshape(-1)[:size]
 
 
@@ -184,7 +200,7 @@ def _patch_curved(w, curved, cubics, options):
     def chunk(i, w):
         rows = jax.lax.dynamic_slice(ids, (i * _CHUNK,), (_CHUNK,))
         inputs = (v[jnp.minimum(rows, size - 1)] for v in cubics)
-        w_rows, _ = _evaluate(*inputs, *options, with_curved=True)
+        w_rows, _ = _evaluate(*inputs, options, with_curved=True)
         return tuple(
             v.at[:, rows].set(v_rows, mode="drop") for v, v_rows in zip(w, w_rows, strict=True)
         )
@@ -192,39 +208,41 @@ def _patch_curved(w, curved, cubics, options):
     return jax.lax.fori_loop(0, (count + _CHUNK - 1) // _CHUNK, chunk, w)
 
 
-def _evaluate(phi0, a, b, c, n_moments, segments, terms, cubic_terms, *, with_curved):
-    """W for 1-D float arrays of one length S in the working dtype: real and imaginary parts,
-    each (n_moments, S), and (S,) flags of the elements with a piece at or above the
-    expansion's switch. Without ``with_curved`` those elements' W are wrong (but finite).
+def _evaluate(phi0, a, b, c, options, *, with_curved):
+    """W for 1-D float arrays of one length S in the working dtype, with the static
+    :class:`_MomentOptions` ``options``: real and imaginary parts, each (n_moments, S), and
+    (S,) flags of the elements with a piece at or above the expansion's switch. Without
+    ``with_curved`` those elements' W are wrong (but finite).
 
     The moment index stays the leading axis until the end: the sums over it (cubic series,
     translation) are then elementwise over the elements, which XLA's CPU loops vectorise
     (as a matrix product over a trailing moment axis they ran twice as slow), and the
     translation back to x is a matrix product over it.
     """
-    rho = 1.0 / segments
-    centres = -1.0 + rho * (2 * np.arange(segments) + 1)
+    n_moments = options.n_moments
+    rho = 1.0 / options.segments
+    centres = -1.0 + rho * (2 * np.arange(options.segments) + 1)
     x = centres[:, None]
-    gamma = jnp.broadcast_to(c * rho**3, (segments, *c.shape))
+    gamma = jnp.broadcast_to(c * rho**3, (options.segments, *c.shape))
     # γy³ = (3/4)γy + γ(y³ - 3y/4): the best linear fit to y³ on [-1, 1] goes into α, which
     # leaves a residual of at most |γ|/4 for the series.
     alpha = (a + (2 * b + 3 * c * x) * x) * rho + 0.75 * gamma
     beta = (b + 3 * c * x) * rho**2
     phase = phi0 + (a + (b + c * x) * x) * x
 
-    n_max = n_moments - 1 + 3 * cubic_terms
-    switch = expansion_switch(terms, log_tolerance(alpha.dtype))
+    n_max = n_moments - 1 + 3 * options.cubic_terms
+    switch = expansion_switch(options.terms, log_tolerance(alpha.dtype))
     large = jnp.abs(beta) >= switch
-    quad = expanded_moments(alpha, beta, n_max, terms)  # (n_max + 1, segments, S)
+    quad = expanded_moments(alpha, beta, n_max, options.terms)  # (n_max + 1, segments, S)
     if with_curved:
         # Harmless arguments where a piece is below the switch.
         fresnel = curved_moments(
-            jnp.where(large, alpha, 0.0), jnp.where(large, beta, switch), n_max, terms
+            jnp.where(large, alpha, 0.0), jnp.where(large, beta, switch), n_max, options.terms
         )
         quad = select(large, fresnel, quad)
     series = quad[:n_moments]
     power = jnp.ones_like(gamma)
-    for k in range(1, cubic_terms + 1):
+    for k in range(1, options.cubic_terms + 1):
         power = power * gamma / k
         # (y³ - 3y/4)^k = Σ_l binom(k, l) (-3/4)^(k-l) y^(k+2l)
         residual = sum(
@@ -239,7 +257,7 @@ def _evaluate(phi0, a, b, c, n_moments, segments, terms, cubic_terms, *, with_cu
     table = _translation_table(centres, n_moments).reshape(n_moments, -1).astype(alpha.dtype)
 
     def translate(part):
-        flat = part.reshape(n_moments * segments, -1)
+        flat = part.reshape(n_moments * options.segments, -1)
         return jnp.dot(table, flat, precision=jax.lax.Precision.HIGHEST)
 
     return (translate(rotated.re), translate(rotated.im)), jnp.any(large, axis=0)

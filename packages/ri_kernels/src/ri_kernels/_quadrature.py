@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +34,30 @@ _HIGHEST = jax.lax.Precision.HIGHEST
 # Fine-grid arrays alive per cell and per (antenna, k) while a block runs forward and backward:
 # amplitude, phase, phasor, signal and their cotangents. An estimate for sizing blocks.
 _LIVE_FINE_ARRAYS = 6
+
+
+class _QuadratureTables(NamedTuple):
+    """Interpolation tables and fine offsets of the quadrature operator. Real arrays are float32
+    with complex64 ``amp`` and float64 with complex128.
+
+    w_freq: (n_freq, n_sf, n_int_f) real weights of data channels start_freq[f] + k at fine
+        channel u of channel f.
+    start_freq: (n_freq,) int32 first data channel of each channel's stencil.
+    w_time: (n_time, n_st, n_int_t) real weights of data times start_time[t] + l at fine time
+        v of integration t.
+    start_time: (n_time,) int32 first data time of each integration's stencil.
+    dnu_mhz: (n_int_f,) real fine-channel offsets from the channel centre (MHz).
+    dt: (n_int_t,) real fine-time offsets from the cell centre (s).
+    freq_mhz: (n_freq,) real channel centres (MHz).
+    """
+
+    w_freq: jax.Array
+    start_freq: jax.Array
+    w_time: jax.Array
+    start_time: jax.Array
+    dnu_mhz: jax.Array
+    dt: jax.Array
+    freq_mhz: jax.Array
 
 
 @jax.custom_jvp
@@ -77,25 +102,25 @@ def _fine_signal(cell_f, cell_t, amp, phase, delay_us, tables, ant):
     """Fine-sampled signal of each cell in a block, antenna axis last.
 
     cell_f, cell_t: (C,) channel and time of each cell. amp, phase: (n_freq, n_time, n_rfi,
-    n_a); delay_us: (n_time, n_rfi, n_path, n_a); ant: (n_u,) the antennas to take of the n_a,
-    or None for all of them (n_u = n_a). Returns X: (C, n_rfi * n_int_f * n_int_t, n_u)
-    complex.
+    n_a); delay_us: (n_time, n_rfi, n_path, n_a); tables: the operator's
+    :class:`_QuadratureTables`; ant: (n_u,) the antennas to take of the n_a, or None for all
+    of them (n_u = n_a). Returns X: (C, n_rfi * n_int_f * n_int_t, n_u) complex.
 
     The antenna axis is last because XLA fuses this elementwise work into the Gram matmul's
     operands: with antennas innermost every operand is contiguous there and the loop
     vectorises, while with the flattened fine-sample axis innermost the same fusion ran 3x
     slower than materialising X (measured at the CPU benchmark size).
     """
-    w_freq, start_freq, w_time, start_time, dnu_mhz, dt, freq_mhz = tables
-    n_sf, n_st = w_freq.shape[1], w_time.shape[1]
-    freq_rows = start_freq[cell_f][:, None] + jnp.arange(n_sf)
-    time_rows = start_time[cell_t][:, None] + jnp.arange(n_st)
+    n_sf, n_st = tables.w_freq.shape[1], tables.w_time.shape[1]
+    freq_rows = tables.start_freq[cell_f][:, None] + jnp.arange(n_sf)
+    time_rows = tables.start_time[cell_t][:, None] + jnp.arange(n_st)
 
     def touched(x):  # the touched antennas of the block's cells
         return x if ant is None else x[..., ant]
 
     stencil = touched(amp[freq_rows[:, :, None], time_rows[:, None, :]])  # (C, k, l, n_rfi, n_u)
-    weights = w_freq[cell_f][:, :, None, :, None] * w_time[cell_t][:, None, :, None, :]
+    w_freq, w_time = tables.w_freq[cell_f], tables.w_time[cell_t]
+    weights = w_freq[:, :, None, :, None] * w_time[:, None, :, None, :]
     # A sum of a few broadcast products, which XLA fuses with the phase below; as an einsum
     # it was a complex matmul with a contraction of 3, twice slower.
     fine_amp = sum(
@@ -105,12 +130,12 @@ def _fine_signal(cell_f, cell_t, amp, phase, delay_us, tables, ant):
     )  # (C, n_rfi, n_int_f, n_int_t, n_u)
     centre_phase = touched(phase[cell_f, cell_t])[:, :, None, None, :]  # (C, n_rfi, 1, 1, n_u)
     delay = touched(delay_us[cell_t])  # (C, n_rfi, n_path, n_u)
-    offset = _delay_offset(delay, dt)[:, :, None]  # (C, n_rfi, 1, n_int_t, n_u)
+    offset = _delay_offset(delay, tables.dt)[:, :, None]  # (C, n_rfi, 1, n_int_t, n_u)
     # freq * offset + dnu * (offset + delay_0) equals (freq + dnu) * offset + dnu * delay_0
     # without rounding freq + dnu, which costs ~1e-4 MHz in float32 at 1 GHz.
-    cycles = freq_mhz[cell_f][:, None, None, None, None] * offset + dnu_mhz[:, None, None] * (
-        offset + delay[:, :, None, None, 0, :]
-    )
+    freq_mhz = tables.freq_mhz[cell_f][:, None, None, None, None]
+    dnu_mhz = tables.dnu_mhz[:, None, None]
+    cycles = freq_mhz * offset + dnu_mhz * (offset + delay[:, :, None, None, 0, :])
     # In turns: the phasor's range reduction is then exact (see _phasor).
     turns = centre_phase / (2 * math.pi) + cycles
     signal = _rotate(fine_amp, turns)
@@ -183,7 +208,7 @@ def _quadrature(indices, amp, phase, delay_us, tables, memory_budget_bytes):
     if n_bl == 0:
         return jnp.zeros((0, n_freq, n_time), amp.dtype)
     tables = jax.lax.stop_gradient(tables)
-    n_int_f, n_int_t = tables[4].shape[0], tables[5].shape[0]
+    n_int_f, n_int_t = tables.dnu_mhz.shape[0], tables.dt.shape[0]
     per_cell = _bytes_per_cell(amp, indices, n_int_f, n_int_t)
     # The signal with its cell axes first, so that blocks gather whole rows. A set with room
     # for every antenna lists them all in order (make_indices): nothing to gather. Otherwise
@@ -262,6 +287,13 @@ def quadrature_eval_with_indices(
     )
     _validate.array(_FN, "dt", dt, real, (n_int_t,), "(n_int_t,)")
     budget = _validate.budget(_FN, memory_budget_bytes)
-    tables = (w_freq, start_freq.astype("int32"), w_time, start_time.astype("int32"))
-    tables += (dnu_mhz, dt, freq_mhz)
+    tables = _QuadratureTables(
+        w_freq,
+        start_freq.astype("int32"),
+        w_time,
+        start_time.astype("int32"),
+        dnu_mhz,
+        dt,
+        freq_mhz,
+    )
     return _quadrature(indices, amp, phase, delay_us, tables, memory_budget_bytes=budget)
