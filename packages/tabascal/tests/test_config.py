@@ -1,6 +1,22 @@
+import dataclasses
+
 import pytest
 
-from tabascal.config import ConfigError, Option, Section, describe, load_yaml, merge, validate
+import ri_kernels
+from tabascal.config import (
+    ConfigError,
+    Option,
+    Section,
+    describe,
+    load_yaml,
+    merge,
+    option_field,
+    option_from,
+    run_config,
+    validate,
+)
+from tabascal.fitting import optimiser
+from tabascal.model import joint
 
 ITEM = Section(
     "an item",
@@ -140,3 +156,105 @@ def test_describe_lists_every_option_with_unit_and_default():
     assert "items (list of sections): the items [default []]" in lines
     assert "items[].size_m (float, m; >= 0.0): its size [default 1.0]" in lines
     assert "tags (list of str): tags [default ['a']]" in lines
+
+
+@dataclasses.dataclass(frozen=True)
+class _Settings:
+    size_m: float | None = option_field(None, "its size", "m", min=0.0)
+    mode: str = option_field("fast", "how", choices=("fast", "exact"))
+    n_time: int = 10
+
+
+def test_option_from_reads_the_default_type_and_metadata_of_the_field():
+    assert option_from(_Settings, "size_m") == Option(
+        float, None, "its size", "m", min=0.0, nullable=True, source=(_Settings, "size_m")
+    )
+    assert option_from(_Settings, "mode") == Option(
+        str, "fast", "how", choices=("fast", "exact"), source=(_Settings, "mode")
+    )
+    with pytest.raises(TypeError, match=r"_Settings.n_time is not a field declared with option"):
+        option_from(_Settings, "n_time")
+
+
+# The run keys with no settings dataclass behind them, declared in run_config itself. Every
+# other key must come from a dataclass field: an Option written out for one of those would
+# restate its default.
+RUN_JOB_KEYS = {
+    "fit.init",
+    "fit.seed",
+    "satellites.tle_file",
+    "satellites.catalogue_numbers",
+    "output.plots",
+    "output.plot_baselines",
+    "sharding.axis",
+    "sharding.reuse_plan",
+}
+
+
+def _run_options(section: Section = run_config.SCHEMA, path: str = ""):
+    for name, entry in section.options.items():
+        key = f"{path}.{name}" if path else name
+        if isinstance(entry, Section):
+            yield from _run_options(entry, key)
+        else:
+            yield key, entry
+
+
+def _field_default(cls, name):
+    (spec,) = [f for f in dataclasses.fields(cls) if f.name == name]
+    return spec.default
+
+
+def test_every_schema_default_equals_the_dataclass_default():
+    options = dict(_run_options())
+    assert set(run_config.FIELDS) == set(options) - RUN_JOB_KEYS
+    for key, (cls, name) in run_config.FIELDS.items():
+        assert options[key].default == _field_default(cls, name), key
+    defaults = run_config.load(None)
+    assert run_config.fit_config(defaults) == optimiser.FitConfig()
+    assert run_config.model_config(defaults) == joint.ModelConfig()
+
+
+def _another_value(option: Option):
+    """A valid value of ``option`` other than its default."""
+    if option.choices is not None:
+        return next(c for c in option.choices if c != option.default)
+    value = 1 if option.default is None else option.default + 1
+    if option.max is not None and value > option.max:
+        value = option.min
+    return option.type(value)
+
+
+def _settings_of(config: dict, cls):
+    if cls is optimiser.FitConfig:
+        return run_config.fit_config(config)
+    model = run_config.model_config(config)
+    if cls is joint.ModelConfig:
+        return model
+    return next(part for part in vars(model).values() if isinstance(part, cls))
+
+
+@pytest.mark.parametrize("key", sorted(run_config.FIELDS))
+def test_each_run_key_sets_its_dataclass_field(key):
+    cls, name = run_config.FIELDS[key]
+    value = _another_value(dict(_run_options())[key])
+    data = value
+    for part in reversed(key.split(".")):
+        data = {part: data}
+    assert getattr(_settings_of(run_config.load(data), cls), name) == value
+
+
+@pytest.mark.parametrize(
+    ("key", "limit"),
+    [
+        ("segments", ri_kernels.MAX_SEGMENTS),
+        ("terms", ri_kernels.MAX_TERMS),
+        ("cubic_terms", ri_kernels.MAX_CUBIC_TERMS),
+        ("time_stencil", ri_kernels.MAX_COEFFICIENTS),
+    ],
+)
+def test_the_schema_enforces_the_limits_of_ri_kernels(key, limit):
+    assert run_config.SCHEMA.options["rfi"].options[key].max == limit
+    assert run_config.load({"rfi": {key: limit}})["rfi"][key] == limit
+    with pytest.raises(ConfigError, match=rf"'rfi.{key}': {limit + 1} is out of range"):
+        run_config.load({"rfi": {key: limit + 1}})

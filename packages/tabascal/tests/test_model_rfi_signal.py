@@ -15,7 +15,8 @@ pytestmark = pytest.mark.usefixtures("x64")
 
 CHAN_WIDTH = 0.5e6  # Hz
 INT_TIME = 4.0  # s
-CONFIG = rfi_signal.RfiSignalConfig(corr_time_s=20.0, bandwidth_hz=1.0e6, amp_sigma=2.0)
+CONFIG = rfi_signal.RfiSignalConfig(corr_time_s=20.0, bandwidth_hz=1.0e6)
+SCALE = 2.0  # prior std per cell (Jy^0.5)
 
 
 def _lattice(n, delta, length):
@@ -78,7 +79,7 @@ def test_forward_equals_direct_dft_sum_of_the_gaussian_spectrum():
 def test_prior_covariance_matches_draws_and_the_continuous_kernel():
     n_ant, n_src, n_freq, n_time = 80, 100, 3, 10  # 8000 independent (antenna, source) draws
     constants = rfi_signal.make_constants(
-        CONFIG, n_ant, n_src, n_freq, n_time, CHAN_WIDTH, INT_TIME
+        CONFIG, n_ant, n_src, n_freq, n_time, CHAN_WIDTH, INT_TIME, scale=SCALE
     )
     signal = np.asarray(jax.jit(rfi_signal.forward)(_draw(constants, 1), constants))
     x = signal.reshape(n_ant * n_src, n_freq * n_time)
@@ -86,22 +87,24 @@ def test_prior_covariance_matches_draws_and_the_continuous_kernel():
 
     df = (np.arange(n_freq)[:, None] - np.arange(n_freq)[None, :]) * CHAN_WIDTH
     dt = (np.arange(n_time)[:, None] - np.arange(n_time)[None, :]) * INT_TIME
-    kernel = CONFIG.amp_sigma**2 * np.einsum(
+    kernel = SCALE**2 * np.einsum(
         "ab,cd->acbd",
         np.exp(-0.5 * (df / CONFIG.bandwidth_hz) ** 2),
         np.exp(-0.5 * (dt / CONFIG.corr_time_s) ** 2),
     ).reshape(n_freq * n_time, -1)
     # sampling error plus the (<~1e-3) truncation and wrap tolerances
-    tolerance = 6 * CONFIG.amp_sigma**2 / math.sqrt(x.shape[0])
+    tolerance = 6 * SCALE**2 / math.sqrt(x.shape[0])
     assert np.max(np.abs(empirical - kernel)) < tolerance
-    np.testing.assert_allclose(np.diag(empirical).real, CONFIG.amp_sigma**2, rtol=0.05)
+    np.testing.assert_allclose(np.diag(empirical).real, SCALE**2, rtol=0.05)
     assert np.max(np.abs(np.einsum("na,nb->ab", x, x))) / x.shape[0] < tolerance, (
         "the prior must be circular"
     )
 
 
 def test_round_trip_through_latent_space_and_prior():
-    constants = rfi_signal.make_constants(CONFIG, 2, 3, 4, 30, CHAN_WIDTH, INT_TIME, mean=0.5)
+    constants = rfi_signal.make_constants(
+        CONFIG, 2, 3, 4, 30, CHAN_WIDTH, INT_TIME, scale=SCALE, mean=0.5
+    )
     params = _draw(constants, 2)
     truth = jax.jit(rfi_signal.forward)(params, constants)
     encode = jax.jit(rfi_signal.init_from_estimate, static_argnames="n_iter")
@@ -117,11 +120,11 @@ def test_round_trip_through_latent_space_and_prior():
 
 def test_single_precision_follows_the_constants():
     args = (CONFIG, 2, 2, 4, 16, CHAN_WIDTH, INT_TIME)
-    c64 = rfi_signal.make_constants(*args)
+    c64 = rfi_signal.make_constants(*args, scale=SCALE)
     params = _draw(c64, 3)
     out64 = np.asarray(jax.jit(rfi_signal.forward)(params, c64))
     with jax.enable_x64(False):
-        c32 = rfi_signal.make_constants(*args, dtype=np.float32)
+        c32 = rfi_signal.make_constants(*args, scale=SCALE, dtype=np.float32)
         z32 = np.asarray(params.z, np.float32)
         out32 = jax.jit(rfi_signal.forward)(rfi_signal.RfiSignalParams(z32), c32)
         assert jax.eval_shape(rfi_signal.init, c32).z.dtype == jnp.float32
@@ -129,7 +132,7 @@ def test_single_precision_follows_the_constants():
     np.testing.assert_allclose(np.asarray(out32), out64, atol=2e-5)
 
 
-@pytest.mark.parametrize("field", ["corr_time_s", "bandwidth_hz", "amp_sigma"])
+@pytest.mark.parametrize("field", ["corr_time_s", "bandwidth_hz"])
 def test_non_positive_config_value_names_the_field(field):
     with pytest.raises(ValueError, match=field):
         rfi_signal.RfiSignalConfig(**{field: 0.0})

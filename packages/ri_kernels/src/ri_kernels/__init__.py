@@ -6,14 +6,18 @@ visibilities averaged over each channel and integration: by quadrature over fine
 (:func:`analytic_eval_with_indices`, :class:`RFIAnalyticVisOp`). Baseline lists are validated
 once on the host by :func:`make_indices` (several per-device lists at once, sized to what they
 touch, by :func:`make_index_sets`); the table builders make the interpolation tables.
+``MAX_SEGMENTS``, ``MAX_TERMS`` and ``MAX_CUBIC_TERMS`` bound the analytic operator's options,
+``MAX_COEFFICIENTS`` its monomial coefficients per time stencil.
 """
 
 from ri_kernels._analytic import analytic_eval_with_indices
 from ri_kernels._blocks import DEFAULT_MEMORY_BUDGET_BYTES
 from ri_kernels._indices import BaselineIndices, make_index_sets, make_indices, stack_indices
 from ri_kernels._operators import RFIAnalyticVisOp, RFIInterpVisOp
+from ri_kernels._phase_moments import MAX_CUBIC_TERMS, MAX_SEGMENTS, MAX_TERMS
 from ri_kernels._quadrature import quadrature_eval_with_indices
 from ri_kernels._tables import (
+    MAX_COEFFICIENTS,
     fine_offsets,
     gauss_legendre_offsets,
     lagrange_stencils,
@@ -25,6 +29,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_MEMORY_BUDGET_BYTES",
+    "MAX_COEFFICIENTS",
+    "MAX_CUBIC_TERMS",
+    "MAX_SEGMENTS",
+    "MAX_TERMS",
     "BaselineIndices",
     "RFIAnalyticVisOp",
     "RFIInterpVisOp",

@@ -26,7 +26,12 @@ from ri_kernels._blocks import (
     map_blocks,
     padded_blocks,
 )
-from ri_kernels._phase_moments import phase_moments_by_order
+from ri_kernels._phase_moments import (
+    MAX_CUBIC_TERMS,
+    MAX_SEGMENTS,
+    MAX_TERMS,
+    phase_moments_by_order,
+)
 
 _FN = "analytic_eval_with_indices"
 _HIGHEST = jax.lax.Precision.HIGHEST
@@ -258,9 +263,9 @@ def analytic_eval_with_indices(
     _validate.coefficients(_FN, n_coef)
     _validate.int_time(_FN, int_time, real)
     options = {
-        "segments": _validate.option(_FN, "segments", segments, 1, 1024),
-        "terms": _validate.option(_FN, "terms", terms, 1, 32),
-        "cubic_terms": _validate.option(_FN, "cubic_terms", cubic_terms, 0, 8),
+        "segments": _validate.option(_FN, "segments", segments, 1, MAX_SEGMENTS),
+        "terms": _validate.option(_FN, "terms", terms, 1, MAX_TERMS),
+        "cubic_terms": _validate.option(_FN, "cubic_terms", cubic_terms, 0, MAX_CUBIC_TERMS),
         "memory_budget_bytes": _validate.budget(_FN, memory_budget_bytes),
     }
     tables = _AnalyticTables(

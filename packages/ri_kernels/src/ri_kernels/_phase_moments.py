@@ -55,9 +55,11 @@ from ri_kernels._phasor import turn_phasor
 from ri_kernels._split_complex import SplitComplex, select
 
 _MAX_MOMENTS = 17
-_MAX_SEGMENTS = 1024
-_MAX_TERMS = 32
-_MAX_CUBIC_TERMS = 8
+# Largest options of the moments, and so of the analytic operator; public so that callers
+# can check their own configuration against the same limits.
+MAX_SEGMENTS = 1024
+MAX_TERMS = 32
+MAX_CUBIC_TERMS = 8
 # Elements per block of the expansion on CPU, and per chunk of elements gathered for the
 # curved method (any backend).
 _CPU_BLOCK = 4096
@@ -278,9 +280,9 @@ def _translation_table(centres, n_moments):
 def _check_options(n_moments, segments, terms, cubic_terms):
     limits = {
         "n_moments": (n_moments, 1, _MAX_MOMENTS),
-        "segments": (segments, 1, _MAX_SEGMENTS),
-        "terms": (terms, 1, _MAX_TERMS),
-        "cubic_terms": (cubic_terms, 0, _MAX_CUBIC_TERMS),
+        "segments": (segments, 1, MAX_SEGMENTS),
+        "terms": (terms, 1, MAX_TERMS),
+        "cubic_terms": (cubic_terms, 0, MAX_CUBIC_TERMS),
     }
     for name, (value, lo, hi) in limits.items():
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool):

@@ -1,5 +1,6 @@
-"""Configuration: the schema machinery (``schema``: options, validation, YAML) and the run
-job's schema and typed config (``run_config``)."""
+"""Configuration: the schema machinery (``schema``: options, validation, YAML, and the
+dataclass fields that declare options) and the run job's schema and typed config
+(``run_config``)."""
 
 from tabascal.config.schema import (
     ConfigError,
@@ -9,6 +10,8 @@ from tabascal.config.schema import (
     dump_yaml,
     load_yaml,
     merge,
+    option_field,
+    option_from,
     validate,
 )
 
@@ -20,5 +23,7 @@ __all__ = [
     "dump_yaml",
     "load_yaml",
     "merge",
+    "option_field",
+    "option_from",
     "validate",
 ]

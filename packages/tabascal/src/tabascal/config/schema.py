@@ -9,7 +9,9 @@ configurations combined with :func:`merge`.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +33,8 @@ class Option:
     type: bool, int, float, str or list (ints are accepted for floats). items: for lists, the
     element type or a :class:`Section` each element must fit. min, max: inclusive bounds on
     numbers. choices: the allowed values (of each element, for lists). nullable: whether
-    ``None`` (YAML ``null``) is allowed.
+    ``None`` (YAML ``null``) is allowed. source: ``(dataclass, field name)`` for an option made
+    by :func:`option_from`, whose value sets that field; None for one declared here.
     """
 
     type: type
@@ -43,6 +46,7 @@ class Option:
     choices: tuple | None = None
     nullable: bool = False
     items: Section | type | None = None
+    source: tuple[type, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,44 @@ class Section:
 
     doc: str
     options: Mapping[str, Option | Section] = field(default_factory=dict)
+
+
+_OPTION_METADATA = "tabascal.config.option"
+
+
+def option_field(default, doc: str, unit: str = "", *, min=None, max=None, choices=None):
+    """A dataclass field that is also a configuration option, for :func:`option_from`.
+
+    The field's default is the option's; doc, unit, the inclusive bounds min and max and the
+    choices go in the field's metadata. Whether the option may be null follows from the field's
+    type (``float | None``), so it is not given here.
+    """
+    option = {"doc": doc, "unit": unit, "min": min, "max": max, "choices": choices}
+    return field(default=default, metadata={_OPTION_METADATA: option})
+
+
+def option_from(cls: type, name: str) -> Option:
+    """The :class:`Option` of the field ``name`` of dataclass ``cls``, declared with
+    :func:`option_field`: its default, its type (bool, int, float or str, nullable when the
+    annotation is ``X | None``) and its metadata. The option's ``source`` is ``(cls, name)``."""
+    spec = {f.name: f for f in dataclasses.fields(cls)}.get(name)
+    if spec is None or _OPTION_METADATA not in spec.metadata:
+        raise TypeError(
+            f"option_from: {cls.__name__}.{name} is not a field declared with option_field; "
+            f"declare it as `{name}: <type> = option_field(default, doc, ...)`"
+        )
+    kind = typing.get_type_hints(cls)[name]
+    args = typing.get_args(kind)
+    nullable = type(None) in args
+    if nullable and len(args) == 2:
+        kind = next(arg for arg in args if arg is not type(None))
+    if kind not in _TYPE_NAMES:
+        raise TypeError(
+            f"option_from: {cls.__name__}.{name} has type {kind!r}; an option field must be "
+            "bool, int, float or str, or one of them | None"
+        )
+    metadata = spec.metadata[_OPTION_METADATA]
+    return Option(kind, spec.default, **metadata, nullable=nullable, source=(cls, name))
 
 
 def _key(path: str, name: str) -> str:

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from tabascal.config import option_field
 from tabascal.parallel import processes
 
 logger = logging.getLogger(__name__)
@@ -47,13 +48,16 @@ class FitConfig:
       stop_window: steps over which the fall is measured.
     """
 
-    optimizer: str = "adabelief"
-    learning_rate: float = 0.05
-    steps: int = 500
-    second_phase_steps: int = 0
-    checkpoint_every: int = 0
-    stop_tolerance: float = 0.0
-    stop_window: int = 50
+    optimizer: str = option_field("adabelief", "optax optimiser", choices=OPTIMIZERS)
+    learning_rate: float = option_field(0.1, "step size of the first phase", min=0.0)
+    steps: int = option_field(400, "steps in the first phase", min=0)
+    second_phase_steps: int = option_field(0, "further steps at a tenth of the step size", min=0)
+    checkpoint_every: int = option_field(100, "checkpoint every this many steps (0 = never)", min=0)
+    stop_tolerance: float = option_field(
+        0.0, "stop before the steps run out once the loss falls by less than this fraction of "
+        "itself over stop_window steps (0 = never)", min=0.0,
+    )  # fmt: skip
+    stop_window: int = option_field(50, "steps over which stop_tolerance is measured", min=1)
 
     @property
     def total_steps(self) -> int:

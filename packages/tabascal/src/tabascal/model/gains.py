@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tabascal.config import option_field
 from tabascal.model import _fourier, _whitened
 
 KINDS = ("unitary", "gp")
@@ -47,11 +48,13 @@ class GainsConfig:
       wrap_tolerance: wrapped correlation allowed by the padding, in (0, 1).
     """
 
-    kind: str = "gp"
-    corr_time_s: float = 1800.0
-    amp_sigma: float = 0.05
-    phase_sigma: float = 0.2
-    ref_ant: int = 0
+    kind: str = option_field(
+        "gp", "unitary (fixed at 1) or gp (Gaussian process in time)", choices=KINDS
+    )
+    corr_time_s: float = option_field(1800.0, "correlation time of the gains", "s", min=1e-3)
+    amp_sigma: float = option_field(0.05, "prior std of the log amplitude", min=1e-9)
+    phase_sigma: float = option_field(0.2, "prior std of the phase", "rad", min=1e-9)
+    ref_ant: int = option_field(0, "reference antenna, whose phase is fixed at 0", min=0)
     cutoff: float = 1.0e-3
     wrap_tolerance: float = 1.0e-3
 

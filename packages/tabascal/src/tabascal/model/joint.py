@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tabascal.config import option_field
 from tabascal.model import gains, likelihood, rfi_estimate, rfi_signal, rfi_vis, sky
 from tabascal.model.data_stats import DataStats, MeanPower
 from tabascal.observation import geometry
@@ -45,6 +46,8 @@ PRECISIONS = {"single": np.float32, "double": np.float64}
 class ModelConfig:
     """Settings of every component, plus the model-wide ones.
 
+    sky_sigma, rfi_sigma: the sky's (Jy) and the RFI signal's (Jy^0.5) prior std per cell;
+      None estimates each from the data (``build``).
     fov_radius_deg: radius of the sky field whose fringes the sky prior must follow; None
       takes the station beam's first null at the lowest channel, 1.22 c / (f_min D).
     min_elevation_deg: a satellite contributes nothing where it is at or below this elevation
@@ -56,11 +59,24 @@ class ModelConfig:
     rfi_signal: rfi_signal.RfiSignalConfig = field(default_factory=rfi_signal.RfiSignalConfig)
     rfi_vis: rfi_vis.RfiVisConfig = field(default_factory=rfi_vis.RfiVisConfig)
     gains: gains.GainsConfig = field(default_factory=gains.GainsConfig)
-    sky_sigma: float | None = None
-    rfi_sigma: float | None = None
-    fov_radius_deg: float | None = None
-    min_elevation_deg: float = 0.0
-    precision: str = "single"
+    sky_sigma: float | None = option_field(
+        None, "prior std per cell; null estimates it from the data", "Jy", min=0.0
+    )
+    rfi_sigma: float | None = option_field(
+        None, "prior std of the signal per cell; null estimates it from the data", "Jy^0.5",
+        min=0.0,
+    )  # fmt: skip
+    fov_radius_deg: float | None = option_field(
+        None, "radius of the field whose fringes the sky follows; null = the station beam's "
+        "first null at the lowest channel", "deg", min=0.0, max=90.0,
+    )  # fmt: skip
+    min_elevation_deg: float = option_field(
+        0.0, "a satellite contributes no RFI where it is at or below this elevation at the "
+        "array centre", "deg", min=-90.0, max=90.0,
+    )  # fmt: skip
+    precision: str = option_field(
+        "single", "float precision of the model", choices=tuple(PRECISIONS)
+    )
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tabascal.config import option_field
 from tabascal.model import _fourier, _whitened
 
 TIME_SCALES = ("fixed", "geometric")
@@ -41,23 +42,27 @@ class RfiSignalConfig:
       time_scale: "fixed" (corr_time_s for every source) or "geometric" (each satellite's own,
         from how fast it crosses the station beam's sidelobes: ``joint.rfi_time_scales``).
       bandwidth_hz: correlation bandwidth of the Gaussian kernel in frequency (Hz).
-      amp_sigma: prior std of |s - mean| per cell (sqrt of data units, e.g. Jy^0.5) when no
-        per-(antenna, source) scale is given.
       cutoff: relative power (per axis) below which modes are dropped, in (0, 1).
       wrap_tolerance: wrapped correlation allowed by the padding, in (0, 1).
+
+    The prior's scale is not a setting of its own: ``make_constants`` takes it per (antenna,
+    source) (``joint.ModelConfig.rfi_sigma``, or estimated from the data).
     """
 
-    corr_time_s: float = 100.0
-    bandwidth_hz: float = 1.0e6
+    corr_time_s: float = option_field(100.0, "correlation time of the signal", "s", min=1e-3)
+    bandwidth_hz: float = option_field(1.0e6, "correlation bandwidth of the signal", "Hz", min=1.0)
     # Measured (benchmarks/science.py): geometric took a LEO pass's RFI residual from 41.6 to
     # 3.8 times the noise and the demo's from 0.47 to 0.35; "fixed" keeps one time for all.
-    time_scale: str = "geometric"
-    amp_sigma: float = 1.0
+    time_scale: str = option_field(
+        "geometric", "fixed: corr_time_s for every satellite; geometric: each satellite's own, "
+        "the time it takes to cross a sidelobe of the station beam over 2 pi, at most "
+        "corr_time_s", choices=TIME_SCALES,
+    )  # fmt: skip
     cutoff: float = 1.0e-3
     wrap_tolerance: float = 1.0e-3
 
     def __post_init__(self):
-        for name in ("corr_time_s", "bandwidth_hz", "amp_sigma"):
+        for name in ("corr_time_s", "bandwidth_hz"):
             if not getattr(self, name) > 0:
                 raise ValueError(
                     f"RfiSignalConfig.{name} = {getattr(self, name)!r}; it must be > 0"
@@ -107,7 +112,7 @@ def make_constants(
     chan_width: float,
     int_time: float,
     *,
-    scale=None,
+    scale=1.0,
     mean=0.0,
     corr_time_s=None,
     in_view=None,
@@ -116,10 +121,11 @@ def make_constants(
     """Constants of ``forward`` (host, float64, then cast).
 
     chan_width: channel spacing (Hz); int_time: integration time (s).
-    scale: prior std per cell, scalar or broadcastable to (n_ant, n_src); ``config.amp_sigma``
-    when None. mean: complex, broadcastable to (n_ant, n_src). corr_time_s: correlation time
-    (s) of each source, (n_src,) or a scalar; ``config.corr_time_s`` when None. in_view:
-    (n_src, n_time) bool, where each source is in view; everywhere when None.
+    scale: prior std of |s - mean| per cell, scalar or broadcastable to (n_ant, n_src) (sqrt
+    of data units, e.g. Jy^0.5). mean: complex, broadcastable to (n_ant, n_src).
+    corr_time_s: correlation time (s) of each source, (n_src,) or a scalar;
+    ``config.corr_time_s`` when None. in_view: (n_src, n_time) bool, where each source is in
+    view; everywhere when None.
     dtype: real dtype, float32 or float64; complex arrays get the matching complex dtype.
     """
     if min(n_ant, n_freq, n_time) < 1 or n_src < 0 or not (chan_width > 0 and int_time > 0):
@@ -131,7 +137,7 @@ def make_constants(
     real = np.dtype(dtype)
     cplx = np.result_type(real, np.complex64)
     shape = (n_ant, n_src)
-    scale = np.broadcast_to(config.amp_sigma if scale is None else scale, shape)
+    scale = np.broadcast_to(scale, shape)
     if not np.all(np.isfinite(scale) & (scale > 0)):
         raise ValueError("RFI signal scale must be finite and > 0 for every (antenna, source)")
     times = np.broadcast_to(

@@ -29,9 +29,13 @@ import jax.numpy as jnp
 import numpy as np
 
 import ri_kernels
+from tabascal.config import option_field
 
 OPERATORS = ("quadrature", "analytic")
 SAMPLINGS = ("gauss", "midpoint")
+# The time stencil's points are the analytic operator's monomial coefficients, which
+# ri_kernels caps; the frequency stencil takes the same cap.
+MAX_STENCIL = ri_kernels.MAX_COEFFICIENTS
 
 
 @dataclass(frozen=True)
@@ -55,17 +59,37 @@ class RfiVisConfig:
     # Measured (benchmarks/leo_step.py, Gauss samples): below ~30 time samples a quadrature
     # group costs less than the analytic operator's moments; limits 16, 32 and 64 took 0.30,
     # 0.28 and 0.63 s per step on the leo-8 scenario, all-analytic 0.34 s.
-    quadrature_limit: int = 32
-    tolerance: float = 0.05
-    max_samples: int = 256
-    time_stencil: int = 3
-    freq_stencil: int = 1
-    segments: int = 2
-    terms: int = 6
-    cubic_terms: int = 3
-    max_groups: int = 4
-    memory_budget_mb: float = ri_kernels.DEFAULT_MEMORY_BUDGET_BYTES / 2**20
-    sampling: str = "gauss"
+    quadrature_limit: int = option_field(
+        32, "groups needing at most this many time samples per integration use quadrature, "
+        "the rest the analytic operator (0 = all analytic)", min=0, max=4096,
+    )  # fmt: skip
+    tolerance: float = option_field(
+        0.1, "largest averaging error allowed, as a fraction of the noise", min=1e-6
+    )
+    max_samples: int = option_field(256, "most fine samples per cell", min=1, max=4096)
+    time_stencil: int = option_field(3, "Lagrange points per time stencil", min=1, max=MAX_STENCIL)
+    freq_stencil: int = option_field(
+        1, "Lagrange points per frequency stencil", min=1, max=MAX_STENCIL
+    )
+    segments: int = option_field(
+        2, "analytic operator: pieces per integration", min=1, max=ri_kernels.MAX_SEGMENTS
+    )
+    terms: int = option_field(
+        6, "analytic operator: curvature expansion terms", min=1, max=ri_kernels.MAX_TERMS
+    )
+    cubic_terms: int = option_field(
+        3, "analytic operator: cubic-phase terms", min=0, max=ri_kernels.MAX_CUBIC_TERMS
+    )
+    max_groups: int = option_field(4, "most baseline groups (compiled operator calls)", min=1)
+    memory_budget_mb: float = option_field(
+        ri_kernels.DEFAULT_MEMORY_BUDGET_BYTES / 2**20, "fine-grid working memory of each RFI "
+        "operator call; on the baseline axis each device takes this divided by the number of "
+        "devices", "MiB", min=1e-3,
+    )  # fmt: skip
+    sampling: str = option_field(
+        "gauss", "fine samples across a cell: Gauss-Legendre nodes, or the midpoint rule "
+        "(powers of two)", choices=SAMPLINGS,
+    )  # fmt: skip
 
     @property
     def memory_budget_bytes(self) -> int:

@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tabascal.config import option_field
 from tabascal.model import _fourier, _whitened
 
 
@@ -57,19 +58,23 @@ class SkyConfig:
       rolloff: std of the Gaussian roll-off beyond the knee, as a fraction of the knee.
       cutoff: relative power (per axis) below which modes are dropped, in (0, 1).
       wrap_tolerance: wrapped correlation allowed by the padding, in (0, 1).
-      sigma: prior std of |V - mean| per cell (data units, e.g. Jy) when no per-baseline
-        scale is given.
+
+    The prior's scale is not a setting of its own: ``make_constants`` takes it per baseline
+    (``joint.ModelConfig.sky_sigma``, or estimated from the data).
     """
 
-    bandwidth_hz: float = 2.0e5
-    knee_factor: float = 1.0
-    rolloff: float = 0.25
-    cutoff: float = 1.0e-3
+    bandwidth_hz: float = option_field(2.0e5, "correlation bandwidth in frequency", "Hz", min=1.0)
+    knee_factor: float = option_field(
+        1.0, "time knee, a multiple of the baseline's largest sky fringe rate", min=0.01
+    )
+    rolloff: float = option_field(0.25, "roll-off beyond the knee, fraction of the knee", min=0.01)
+    cutoff: float = option_field(
+        1.0e-3, "relative power below which modes are dropped", min=1e-12, max=0.5
+    )
     wrap_tolerance: float = 1.0e-3
-    sigma: float = 1.0
 
     def __post_init__(self):
-        for name in ("bandwidth_hz", "knee_factor", "rolloff", "sigma"):
+        for name in ("bandwidth_hz", "knee_factor", "rolloff"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"SkyConfig.{name} = {getattr(self, name)!r}; it must be > 0")
         for name in ("cutoff", "wrap_tolerance"):
@@ -176,14 +181,14 @@ def make_constants(
     grid: SkyGrid,
     fringe_rate_hz,
     *,
-    scale=None,
+    scale=1.0,
     mean=0.0,
     dtype=np.float64,
 ) -> SkyConstants:
     """Constants of ``forward`` for a set of baselines (all of them, or one block of rows).
 
     fringe_rate_hz: (n_bl,) maximum sky fringe rate of these baselines (Hz).
-    scale: prior std per cell, scalar or (n_bl,) (data units); ``config.sigma`` when None.
+    scale: prior std of |V - mean| per cell, scalar or (n_bl,) (data units, e.g. Jy).
     mean: scalar or (n_bl,) complex constant per baseline (e.g. ``mean_from_data``).
     dtype: real dtype, float32 or float64; complex arrays get the matching complex dtype.
     """
@@ -191,7 +196,7 @@ def make_constants(
     n_bl = rate.size
     real = np.dtype(dtype)
     cplx = np.result_type(real, np.complex64)
-    scale = np.broadcast_to(config.sigma if scale is None else scale, (n_bl,))
+    scale = np.broadcast_to(scale, (n_bl,))
     if not np.all(np.isfinite(scale) & (scale > 0)):
         raise ValueError("sky scale must be finite and > 0 for every baseline")
     mean = np.broadcast_to(np.asarray(mean, dtype=np.complex128), (n_bl,))
