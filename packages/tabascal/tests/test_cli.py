@@ -1,7 +1,7 @@
 import subprocess
 import sys
 
-from tabascal.cli import build_parser
+from tabascal.cli import build_parser, main
 
 
 def test_no_command_prints_usage_and_fails():
@@ -50,3 +50,29 @@ def test_devices_can_still_be_set_after_jax_is_imported_but_not_started():
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
     )
     assert out.stdout.split()[-1] == "3"
+
+
+def test_every_error_class_of_tabascal_derives_from_tabascal_error_and_its_builtin():
+    from tabascal import TabascalError
+    from tabascal.config import ConfigError
+    from tabascal.fitting.job import OutputExistsError
+    from tabascal.measurement_set import MissingExtraError, MsError
+    from tabascal.observation.tle import TleError
+    from tabascal.parallel.processes import LaunchError, PeerFailure
+    from tabascal.simulate import SimulationError
+    from tabascal.store import StoreError
+
+    expected = {
+        ConfigError: ValueError, StoreError: ValueError, MsError: ValueError,
+        TleError: ValueError, SimulationError: ValueError, LaunchError: ValueError,
+        MissingExtraError: ImportError, OutputExistsError: FileExistsError,
+        PeerFailure: RuntimeError,
+    }  # fmt: skip
+    for cls, builtin in expected.items():
+        assert issubclass(cls, TabascalError) and issubclass(cls, builtin), cls
+
+
+def test_a_store_error_is_reported_by_the_command_with_exit_status_2(tmp_path, capsys):
+    missing = tmp_path / "missing.zarr"
+    assert main(["inspect", str(missing)]) == 2
+    assert "tabascal inspect: error:" in capsys.readouterr().err

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tabascal import TabascalError
+
 CORRELATIONS = ("I", "XX", "YY", "RR", "LL")  # as measurement_set.correlations.CORRELATIONS
 
 
@@ -45,9 +47,7 @@ def _elevation_lines(meta) -> list[str]:
 
 
 def _import_ms(args: argparse.Namespace) -> int:
-    from tabascal.measurement_set import MissingExtraError, MsError, import_measurement_set
-    from tabascal.observation.tle import TleError
-    from tabascal.store import StoreError
+    from tabascal.measurement_set import import_measurement_set
 
     if args.satellites and not args.tle:
         return _fail("import-ms", ValueError("--satellites needs --tle FILE"))
@@ -66,7 +66,7 @@ def _import_ms(args: argparse.Namespace) -> int:
         )
     except FileExistsError:
         return _fail("import-ms", ValueError(f"{args.output} exists; add --overwrite"))
-    except (MissingExtraError, MsError, TleError, StoreError) as err:
+    except TabascalError as err:
         return _fail("import-ms", err)
     info = meta.metadata["measurement_set"]
     print(
@@ -124,7 +124,7 @@ def add_import_ms(subparsers) -> None:
 
 
 def _export_ms(args: argparse.Namespace) -> int:
-    from tabascal.measurement_set import MissingExtraError, MsError, export_results
+    from tabascal.measurement_set import export_results
 
     try:
         report = export_results(
@@ -136,7 +136,7 @@ def _export_ms(args: argparse.Namespace) -> int:
             field=args.field,
             overwrite_columns=args.overwrite_columns,
         )
-    except (MissingExtraError, MsError) as err:
+    except TabascalError as err:
         return _fail("export-ms", err)
     print(
         f"added {', '.join(report.columns)} to {args.ms}: {report.n_rows} rows, correlation "

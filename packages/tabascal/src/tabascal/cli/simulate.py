@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tabascal import TabascalError
+
 
 def _simulate(args: argparse.Namespace) -> int:
     import time
@@ -12,7 +14,6 @@ def _simulate(args: argparse.Namespace) -> int:
     from tabascal.config import ConfigError, describe, dump_yaml, load_yaml
     from tabascal.simulate import (
         SCHEMA,
-        SimulationError,
         build_scene,
         plan,
         simulate,
@@ -47,7 +48,7 @@ def _simulate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    except (ConfigError, SimulationError) as err:
+    except TabascalError as err:
         print(f"tabascal simulate: error: {err}", file=sys.stderr)
         return 2
     print(f"wrote {args.output} in {time.perf_counter() - start:.1f} s")
@@ -102,11 +103,11 @@ def add_simulate(subparsers) -> None:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from tabascal.store import StoreError, summarize, summary_lines
+    from tabascal.store import summarize, summary_lines
 
     try:
         summary = summarize(args.store)
-    except StoreError as err:
+    except TabascalError as err:
         print(f"tabascal inspect: error: {err}", file=sys.stderr)
         return 2
     print("\n".join(summary_lines(summary)))

@@ -19,10 +19,12 @@ from typing import Any
 
 import yaml
 
+from tabascal import TabascalError
+
 _TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
 
 
-class ConfigError(ValueError):
+class ConfigError(TabascalError, ValueError):
     """A configuration that does not fit its schema; the message names the key."""
 
 

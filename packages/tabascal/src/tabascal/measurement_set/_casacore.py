@@ -3,10 +3,12 @@ read or written, so that the rest of tabascal works without it."""
 
 from __future__ import annotations
 
+from tabascal import TabascalError
+
 INSTALL_HINT = 'pip install "tabascal[ms]"'
 
 
-class MissingExtraError(ImportError):
+class MissingExtraError(TabascalError, ImportError):
     """python-casacore is not installed; the message says how to install it."""
 
 

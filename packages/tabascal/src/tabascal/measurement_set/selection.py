@@ -17,11 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
+from tabascal import TabascalError
+
 SPACING_RTOL = 1e-3  # allowed relative jitter of integration starts and of INTERVAL
 CHANNEL_RTOL = 1e-6  # allowed relative jitter of channel widths and spacings
 
 
-class MsError(ValueError):
+class MsError(TabascalError, ValueError):
     """A Measurement Set tabascal cannot read as asked; the message says what and how to fix."""
 
 

@@ -52,6 +52,7 @@ from pathlib import Path
 import numpy as np
 from sgp4.api import SGP4_ERRORS, WGS72, Satrec, jday
 
+from tabascal import TabascalError
 from tabascal.observation.geometry import OMEGA_EARTH, R_EARTH, greenwich_sidereal_angle, rotate_z
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ MAX_DERIV = 3
 STALE_DAYS = 3.0  # warn when an element set is older or newer than this at the observation
 
 
-class TleError(ValueError):
+class TleError(TabascalError, ValueError):
     """An element set that cannot be read or propagated; the message names it."""
 
 

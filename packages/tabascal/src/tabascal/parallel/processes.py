@@ -20,17 +20,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tabascal import TabascalError
+
 logger = logging.getLogger(__name__)
 
 #: Bytes of a failure message carried to the other processes (longer ones are cut).
 MESSAGE_BYTES = 1024
 
 
-class LaunchError(ValueError):
+class LaunchError(TabascalError, ValueError):
     """The process count, this process's index or the coordinator address is missing or wrong."""
 
 
-class PeerFailure(RuntimeError):
+class PeerFailure(TabascalError, RuntimeError):
     """Another process failed; this one stops too rather than wait for it."""
 
 
@@ -138,8 +140,11 @@ def initialize(launch: Launch | None, *, timeout_s: int = 300, heartbeat_s: int 
 
     logger.info(
         "process %d of %d (%s), coordinator %s",
-        launch.process_id, launch.num_processes, launch.source, launch.coordinator or "detected",
-    )  # fmt: skip
+        launch.process_id,
+        launch.num_processes,
+        launch.source,
+        launch.coordinator or "detected",
+    )
     try:
         jax.distributed.initialize(
             coordinator_address=launch.coordinator,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tabascal import TabascalError
 from tabascal.observation import geometry as geo
 from tabascal.simulate.presets import ORBIT_KINDS
 
@@ -22,7 +23,7 @@ MAX_DRAWS = 2000
 STREAM_SATELLITES = 2  # random stream of numpy.random.default_rng([seed, stream])
 
 
-class SimulationError(ValueError):
+class SimulationError(TabascalError, ValueError):
     """A configuration the simulator cannot honour; the message says which part and why."""
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from tabascal import TabascalError
 from tabascal.observation.geometry import Orbits
 
 FORMAT = "tabascal.observation"
@@ -26,7 +27,7 @@ TRUTH_PER_ANTENNA = (
 TRUTH_DTYPES = {"gains": np.complex64, "rfi_amp": np.float32}  # the rest are float64
 
 
-class StoreError(ValueError):
+class StoreError(TabascalError, ValueError):
     """A path that is not a valid observation store; the message says what is wrong."""
 
 
