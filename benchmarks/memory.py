@@ -36,6 +36,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common
 
+# tabascal.parallel.routes.ROUTES, restated because importing it imports jax, which must
+# wait until the device count is set.
 AXES = ("none", "source", "baseline", "reuse")
 
 
@@ -72,10 +74,11 @@ def measure(model, axis: str, n_dev: int, fit_config) -> dict:
     """Place ``model`` (abstract) on ``axis`` over ``n_dev`` devices and compile its stages."""
     import jax
 
+    from tabascal.parallel import routes
     from tabascal.planning import stages
 
     start = time.perf_counter()
-    route = stages.route(axis)
+    route = routes.route(axis)
     mesh = route.make_mesh(n_dev)
     devices = jax.devices()[:1] if mesh is None else list(mesh.devices.flat)
     placed = stages.place_abstract(model, axis, mesh)
@@ -122,7 +125,6 @@ def main(argv=None) -> list[dict]:
 
     from tabascal.config import run_config
     from tabascal.model import joint
-    from tabascal.planning import stages
     from tabascal.simulate import presets
 
     jax.config.update("jax_enable_x64", False)
@@ -171,13 +173,10 @@ def main(argv=None) -> list[dict]:
                         "rfi_groups": model.info["rfi_groups"],
                         "sky_modes": model.info["sky_modes"],
                     }
-                    if axis == "reuse" and not stages.reuse_available():
-                        record["error"] = "unavailable: sharding.shard_model takes no reuse yet"
-                    else:
-                        try:
-                            record.update(measure(model, axis, n_dev, fit_config))
-                        except ValueError as error:  # e.g. a plan a device count cannot take
-                            record["error"] = f"{type(error).__name__}: {error}"
+                    try:
+                        record.update(measure(model, axis, n_dev, fit_config))
+                    except ValueError as error:  # e.g. a plan a device count cannot take
+                        record["error"] = f"{type(error).__name__}: {error}"
                     record["load_average"] = list(__import__("os").getloadavg())
                     if axis == "none" and "error" not in record:
                         reference = record

@@ -24,6 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common
 
+# tabascal.parallel.routes.ROUTES, restated because importing it imports jax, which must
+# wait until the device count is set.
 AXES = ("none", "source", "baseline", "reuse")
 
 
@@ -49,7 +51,7 @@ def main(argv=None) -> list[dict]:
 
     from tabascal.config import run_config as rc
     from tabascal.fitting import optimiser
-    from tabascal.planning import stages
+    from tabascal.parallel import routes
 
     jax.config.update("jax_enable_x64", False)
     extra = {
@@ -68,11 +70,8 @@ def main(argv=None) -> list[dict]:
     )
     runs = {}
     for axis in options.axes:
-        route = stages.route(axis)
-        if axis == "none":
-            placed = model
-        else:
-            placed = route.place(model, route.make_mesh(options.devices))
+        route = routes.route(axis)
+        placed = route.place(model, route.make_mesh(options.devices))
         inputs = (placed.constants, placed.data)
         step = optimiser.make_step(lambda p, i, r=route, s=placed.spec: r.loss(p, i, s), optimizer)
         # The step donates its state: a copy keeps the model's own parameters for the next axis.

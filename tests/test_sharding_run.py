@@ -73,9 +73,8 @@ def test_baseline_axis_run_equals_the_unsharded_run(store, tmp_path):
     assert sharded["read_by_block"] and not plain["read_by_block"]
     assert sharded["chi2_init"] == pytest.approx(plain["chi2_init"], rel=1e-12)
     assert sharded["chi2_final"] == pytest.approx(plain["chi2_final"], rel=1e-8)
-    # The truth metrics of the block route (tabascal.fitting.results) equal the whole-array
-    # ones (tabascal.fitting.job), two implementations: measured equal to 1e-16 but raw_data, 9.6e-9
-    # apart (the complex64 data summed in float32 on the whole-array route).
+    # The truth metrics of the block route (each device's block, read back from the store)
+    # equal the whole-array route's (one block of every row): measured 1e-16 apart.
     for name in ("sky", "rfi", "raw_data", "apparent_sky", "gains"):
         a, b = sharded["truth"][name]["rmse"], plain["truth"][name]["rmse"]
         print(f"truth {name}: block route {a!r}, whole array {b!r}, {abs(a / b - 1):.1e} apart")

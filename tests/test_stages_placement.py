@@ -9,6 +9,7 @@ from conftest import require_devices
 from tabascal.config import run_config
 from tabascal.fitting import optimiser
 from tabascal.model import joint
+from tabascal.parallel import routes
 from tabascal.planning import stages
 from tabascal.store import read_observation
 
@@ -35,7 +36,7 @@ def _layout(placed):
 @pytest.mark.parametrize("axis", ["source", "baseline", "reuse"])
 def test_abstract_placement_has_the_shapes_and_shardings_of_the_real_one(models, axis):
     model, abstract = models
-    route = stages.route(axis)
+    route = routes.route(axis)
     mesh = route.make_mesh(N_DEVICES)
     real = route.place(model, mesh)
     from_shapes = stages.place_abstract(abstract, axis, mesh)
@@ -52,7 +53,7 @@ def test_abstract_placement_has_the_shapes_and_shardings_of_the_real_one(models,
 
 def test_optimiser_state_shardings_follow_the_eager_initialisation(models):
     model, _ = models
-    route = stages.route("baseline")
+    route = routes.route("baseline")
     mesh = route.make_mesh(N_DEVICES)
     real = route.place(model, mesh)
     optimizer = optimiser.make_optimizer(optimiser.FitConfig())

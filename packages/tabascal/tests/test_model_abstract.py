@@ -125,3 +125,36 @@ def test_expected_snr_bounds_the_simulated_data_from_above(obs):
     meta = presets.observation_meta("demo", SMALL)
     np.testing.assert_array_equal(meta.ant_itrf, obs.ant_itrf)
     np.testing.assert_array_equal(meta.times_s, obs.times_s)
+
+
+def test_plan_from_a_store_read_chunk_by_chunk_equals_the_stages_of_the_built_model(
+    small_store, obs, config, capsys
+):
+    """``stages.plan_stages`` (what ``tabascal plan`` prints) reads the store's statistics a
+    few rows at a time and compiles from shapes; the stages of the model built from the whole
+    observation are the reference."""
+    from tabascal.cli import main
+    from tabascal.parallel import blockwise, routes
+    from tabascal.store import read_meta
+
+    fit_config = optimiser.FitConfig()
+    source = blockwise.StoreRows(small_store, read_meta(small_store))
+    # 5 rows per read: the merged statistics must size the fine sampling as the whole does.
+    streamed = blockwise.data_stats(source, rows_per_read=5)
+    whole = DataStats.from_rows(obs.vis, obs.flags, obs.noise)
+    assert streamed.snr == whole.snr and streamed.n_points == whole.n_points
+    assert streamed.rfi_level(obs.meta.n_sat) == whole.rfi_level(obs.meta.n_sat)
+    placed, planned = stages.plan_stages(source, config, fit_config, routes.route("none"))
+    model = joint.build(obs, config)
+    assert placed.info["rfi_groups"] == model.info["rfi_groups"]
+    built = stages.compile_stages(
+        stages.place_abstract(model, "none", None), "none", fit_config, jax.devices()[:1]
+    )
+    for a, b in zip(planned, built, strict=True):
+        assert a.name == b.name and a.memory == b.memory and a.resident == b.resident, a.name
+    assert main(["plan", "--data", str(small_store)]) == 0
+    out = capsys.readouterr().out
+    peak = max(max(r.peak) for r in built)
+    assert f"peak estimate per device       {peak / 2**30:.3f} GiB" in out, out
+    step = next(r for r in built if r.name == "step").memory
+    assert f"arguments {step.arguments / 2**20:.1f} MiB" in out, out

@@ -91,11 +91,11 @@ def test_blocks_of_baselines_reduce_to_the_whole():
     assert whole[0] == 0.0, "a fully flagged baseline contributes nothing"
 
 
-def test_residual_is_zero_in_flagged_cells_and_model_minus_data_elsewhere():
+def test_residual_is_zero_in_flagged_cells_and_data_minus_model_elsewhere():
     model, vis, flags, _ = _data(4)
     r = np.asarray(jax.jit(likelihood.residual)(model, vis, flags))
     np.testing.assert_array_equal(r[flags], 0)
-    np.testing.assert_array_equal(r[~flags], (model - vis)[~flags])
+    np.testing.assert_array_equal(r[~flags], (vis - model)[~flags])
 
 
 def test_loss_is_negative_log_posterior_per_point():

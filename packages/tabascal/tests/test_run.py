@@ -26,7 +26,7 @@ def test_run_writes_results_summary_and_plots(obs, tmp_path):
     for name in ("results.zarr", "summary.json", "config.yaml", "loss.png", "baselines.png"):
         assert (out / name).exists(), name
     written = json.loads((out / "summary.json").read_text())
-    assert written == json.loads(json.dumps(summary))
+    assert written == json.loads(json.dumps(dict(summary)))
     for key in ("chi2_init", "chi2_final", "steps", "seconds_fit", "n_devices", "shard_axis"):
         assert key in written
     assert written["steps"] == 4 and written["shard_axis"] == "none"

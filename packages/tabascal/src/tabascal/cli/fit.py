@@ -13,6 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tabascal import TabascalError
+
 _DEVICE_FLAG = "--xla_force_host_platform_device_count"
 
 #: The demo's fit: enough steps to reach the noise on the demo preset from data-based
@@ -85,26 +87,23 @@ def _summary_lines(summary: dict) -> list[str]:
 
 def _step_memory_by_axis(obs, config: dict, summary: dict) -> dict[str, tuple[int, dict]]:
     """{axis: (devices, StageMemory dict)} of one optimisation step per device: the fit's own,
-    and the same step compiled (not run) on the baseline axis over every device."""
-    from functools import partial
-
-    import jax
-
+    and the same step compiled (not run) on the baseline axis over every device, from the
+    observation's shapes."""
     from tabascal.config import run_config
-    from tabascal.fitting import optimiser
-    from tabascal.model import joint
-    from tabascal.parallel import baseline_axis
-    from tabascal.planning import memory
+    from tabascal.parallel import blockwise, routes
+    from tabascal.planning import stages
 
-    model = joint.build(obs, run_config.model_config(config), init=config["fit"]["init"])
-    sharded = baseline_axis.shard_model(model, baseline_axis.make_mesh())
-    optimizer = optimiser.make_optimizer(run_config.fit_config(config))
-    state = jax.eval_shape(partial(optimiser.init_state, optimizer=optimizer), sharded.params)
-    step = optimiser.make_step(partial(baseline_axis.loss, spec=sharded.spec), optimizer)
-    stage = memory.stage_memory(step.lower(state, (sharded.constants, sharded.data)).compile())
+    placed, reports = stages.plan_stages(
+        blockwise.MemoryRows(obs),
+        run_config.model_config(config),
+        run_config.fit_config(config),
+        routes.route("baseline"),
+        init=config["fit"]["init"],
+    )
+    step = next(r for r in reports if r.name == "step")
     return {
         summary["shard_axis"]: (summary["n_devices"], summary["step_memory"]),
-        "baseline": (sharded.spec.n_dev, stage.as_dict()),
+        "baseline": (placed.spec.n_dev, step.memory.as_dict()),
     }
 
 
@@ -139,9 +138,11 @@ def _read(path, config: dict | None = None):
     satellites = (config or {}).get("satellites", {})
     if satellites.get("tle_file"):
         orbits = load_tle_orbits(
-            satellites["tle_file"], satellites["catalogue_numbers"], obs.epoch_utc,
+            satellites["tle_file"],
+            satellites["catalogue_numbers"],
+            obs.epoch_utc,
             gast0_rad=obs.gast0_rad,
-        )  # fmt: skip
+        )
         obs = dataclasses.replace(obs, orbits=orbits)
     return obs
 
@@ -164,9 +165,11 @@ def _source(path, config: dict):
         from tabascal.observation.tle import load_tle_orbits
 
         orbits = load_tle_orbits(
-            satellites["tle_file"], satellites["catalogue_numbers"], meta.epoch_utc,
+            satellites["tle_file"],
+            satellites["catalogue_numbers"],
+            meta.epoch_utc,
             gast0_rad=meta.gast0_rad,
-        )  # fmt: skip
+        )
         meta = dataclasses.replace(meta, orbits=orbits)
     return StoreRows(path, meta)
 
@@ -177,10 +180,13 @@ def _start_processes(args) -> str | None:
     from tabascal.parallel import processes
 
     try:
-        processes.initialize(processes.launch_from(
-            coordinator=args.coordinator, num_processes=args.num_processes,
-            process_id=args.process_id,
-        ))  # fmt: skip
+        processes.initialize(
+            processes.launch_from(
+                coordinator=args.coordinator,
+                num_processes=args.num_processes,
+                process_id=args.process_id,
+            )
+        )
     except processes.LaunchError as err:
         return str(err)
     return None
@@ -191,10 +197,9 @@ def _run(args: argparse.Namespace) -> int:
     if error:
         print(f"tabascal run: error: {error}", file=sys.stderr)
         return 2
-    from tabascal.config import ConfigError, describe, run_config
+    from tabascal.config import describe, run_config
     from tabascal.fitting import job
     from tabascal.parallel import processes
-    from tabascal.store import StoreError
 
     if args.list_keys:
         print("\n".join(describe(run_config.SCHEMA)))
@@ -207,13 +212,17 @@ def _run(args: argparse.Namespace) -> int:
         axis = run_config.shard_axis(args.shard_axis, config)
         reuse = run_config.reuse_plan(args.reuse_plan, config, axis)
         summary = job.run(
-            _source(args.data, config), Path(args.output), config, resume=args.resume,
-            overwrite=args.overwrite, shard_axis=axis, reuse_plan=reuse, progress=not args.quiet,
-        )  # fmt: skip
-    except (ConfigError, StoreError, ValueError, FileExistsError, FileNotFoundError) as err:
-        print(f"tabascal run: error: {err}", file=sys.stderr)
-        return 2
-    except (NotImplementedError, ImportError, processes.PeerFailure) as err:
+            _source(args.data, config),
+            Path(args.output),
+            config,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            shard_axis=axis,
+            reuse_plan=reuse,
+            progress=not args.quiet,
+        )
+    # tabascal's own refusals, and what the libraries and the filesystem raise on bad input.
+    except (TabascalError, ValueError, OSError, NotImplementedError, ImportError) as err:
         print(f"tabascal run: error: {err}", file=sys.stderr)
         return 2
     if processes.is_writer():
@@ -244,14 +253,17 @@ def add_run(subparsers) -> None:
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="replace earlier results")
     parser.add_argument(
-        "--shard-axis", choices=("none", "source", "baseline"),
+        "--shard-axis",
+        choices=("none", "source", "baseline"),
         help="split the work across devices (overrides config and $TABASCAL_SHARD_AXIS)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--reuse-plan", action=argparse.BooleanOptionalAction, default=None,
+        "--reuse-plan",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="with --shard-axis baseline: permute the baselines so that each device touches "
         "few antennas (overrides config key baseline_axis.reuse_plan)",
-    )  # fmt: skip
+    )
     group = parser.add_argument_group(
         "multi-process runs",
         "one process per host or GPU, all running the same command; without these flags the "
@@ -277,43 +289,51 @@ def _device_capacity_bytes(device) -> int | None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from functools import partial
-
-    import jax
-
-    from tabascal.config import ConfigError, run_config
-    from tabascal.fitting import optimiser
-    from tabascal.model import joint
-    from tabascal.planning import memory
-    from tabascal.store import StoreError
+    from tabascal.config import run_config
+    from tabascal.parallel import routes
+    from tabascal.planning import stages
 
     if args.data is None:
         print("tabascal plan: error: --data is required", file=sys.stderr)
         return 2
     try:
         config = _apply_flags(_load_config(args.config), args)
-        obs = _read(args.data, config)
-        model = joint.build(obs, run_config.model_config(config), init=config["fit"]["init"])
-    except (ConfigError, StoreError, ValueError, ImportError) as err:
+        axis = run_config.shard_axis(None, config)
+        route = routes.route(axis, run_config.reuse_plan(None, config, axis))
+        placed, reports = stages.plan_stages(
+            _source(args.data, config),
+            run_config.model_config(config),
+            run_config.fit_config(config),
+            route,
+            init=config["fit"]["init"],
+            seed=config["fit"]["seed"],
+        )
+    except (TabascalError, ValueError, OSError, ImportError) as err:
         print(f"tabascal plan: error: {err}", file=sys.stderr)
         return 2
-    optimizer = optimiser.make_optimizer(run_config.fit_config(config))
-    state = jax.eval_shape(partial(optimiser.init_state, optimizer=optimizer), model.params)
-    inputs = (model.constants, model.data)
-    step = optimiser.make_step(partial(joint.loss, spec=model.spec), optimizer)
-    stage = memory.stage_memory(step.lower(state, inputs).compile())
-    device = jax.devices()[0]
-    capacity = _device_capacity_bytes(device)
-    peak = stage.arguments + stage.working_set
-    print(f"tabascal plan: {args.data} on {jax.device_count()} {device.platform} device(s)")
-    spec = model.spec
-    print(f"  baselines x channels x times   {spec.n_bl} x {spec.n_freq} x {spec.n_time}; "
-          f"{spec.n_ant} antennas, {spec.n_src} satellites")  # fmt: skip
-    print(f"  RFI groups                     {model.info['rfi_groups']}")
-    print(f"  optimisation step per device   arguments {stage.arguments / 2**20:.1f} MiB, "
-          f"outputs {stage.outputs / 2**20:.1f} MiB, temporaries "
-          f"{stage.temporaries / 2**20:.1f} MiB")  # fmt: skip
-    print(f"  peak estimate per device       {peak / 2**30:.3f} GiB")
+    step = next(r for r in reports if r.name == "step").memory
+    devices = routes.devices(placed.spec)
+    peak = max(max(r.peak) for r in reports)
+    capacity = _device_capacity_bytes(devices[0])
+    print(
+        f"tabascal plan: {args.data} on {len(devices)} {devices[0].platform} device(s), "
+        f"shard axis {route.name}"
+    )
+    spec = getattr(placed.spec, "model", placed.spec)
+    print(
+        f"  baselines x channels x times   {spec.n_bl} x {spec.n_freq} x {spec.n_time}; "
+        f"{spec.n_ant} antennas, {spec.n_src} satellites"
+    )
+    print(f"  RFI groups                     {placed.info['rfi_groups']}")
+    print(
+        f"  optimisation step per device   arguments {step.arguments / 2**20:.1f} MiB, "
+        f"outputs {step.outputs / 2**20:.1f} MiB, temporaries "
+        f"{step.temporaries / 2**20:.1f} MiB"
+    )
+    print(
+        f"  peak estimate per device       {peak / 2**30:.3f} GiB (largest over the stages "
+        f"{', '.join(r.name for r in reports)})"
+    )
     if capacity:
         verdict = "fits" if peak < 0.9 * capacity else "does NOT fit"
         print(f"  device memory                  {capacity / 2**30:.1f} GiB: {verdict}")
@@ -324,8 +344,9 @@ def add_plan(subparsers) -> None:
     parser = subparsers.add_parser(
         "plan",
         help="estimate the per-device memory of a fit before running it",
-        description="Build the model and compile one optimisation step (nothing is fitted) "
-        "and print its per-device memory and whether it fits.",
+        description="Compile every stage of the fit from the observation's shapes (nothing is "
+        "fitted, and no more than a chunk of rows is read at once) on the config's shard axis, "
+        "and print the per-device memory and whether it fits.",
     )
     _add_common(parser)
     parser.set_defaults(func=_plan)
@@ -344,9 +365,11 @@ def _demo(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     simulate(simulation_config("demo"), obs_path, overwrite=True, progress=not args.quiet)
     obs = _read(obs_path)
-    print(f"  {obs.vis.shape[0]} baselines x {obs.vis.shape[1]} channels x {obs.vis.shape[2]} "
-          f"integrations, {obs.orbits.n_sat} satellites, on {jax.device_count()} "
-          f"{jax.default_backend()} device(s)")  # fmt: skip
+    print(
+        f"  {obs.vis.shape[0]} baselines x {obs.vis.shape[1]} channels x {obs.vis.shape[2]} "
+        f"integrations, {obs.orbits.n_sat} satellites, on {jax.device_count()} "
+        f"{jax.default_backend()} device(s)"
+    )
     config = run_config.load(DEMO_CONFIG)
     if args.steps is not None:
         config["fit"]["steps"] = args.steps
@@ -370,9 +393,11 @@ def add_demo(subparsers) -> None:
     parser.add_argument("-o", "--output", help="folder for obs.zarr and fit/ (default: temporary)")
     parser.add_argument("--steps", type=int, help="optimisation steps")
     parser.add_argument(
-        "--devices", type=int, default=4,
+        "--devices",
+        type=int,
+        default=4,
         help="virtual CPU devices where there is no accelerator (default 4): the fit runs on "
         "one, and the baseline axis's step memory over all of them is compared with it",
-    )  # fmt: skip
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     parser.set_defaults(func=_demo)

@@ -15,8 +15,8 @@ from typing import Any
 from tabascal.config import ConfigError, Option, Section, option_from, validate
 from tabascal.fitting import optimiser
 from tabascal.model import gains, joint, rfi_signal, rfi_vis, sky
+from tabascal.parallel.routes import SHARD_AXES
 
-SHARD_AXES = ("none", "source", "baseline")
 SHARD_AXIS_ENV = "TABASCAL_SHARD_AXIS"
 
 
@@ -40,12 +40,21 @@ _RFI = Section(
         **_options(rfi_signal.RfiSignalConfig, "corr_time_s", "time_scale", "bandwidth_hz"),
         "sigma": option_from(joint.ModelConfig, "rfi_sigma"),
         **_options(
-            rfi_vis.RfiVisConfig, "quadrature_limit", "tolerance", "max_samples", "sampling",
-            "max_groups", "time_stencil", "freq_stencil", "segments", "terms", "cubic_terms",
+            rfi_vis.RfiVisConfig,
+            "quadrature_limit",
+            "tolerance",
+            "max_samples",
+            "sampling",
+            "max_groups",
+            "time_stencil",
+            "freq_stencil",
+            "segments",
+            "terms",
+            "cubic_terms",
             "memory_budget_mb",
         ),
     },
-)  # fmt: skip
+)
 
 _GAINS = Section(
     "Antenna gains.",
@@ -63,13 +72,23 @@ SCHEMA = Section(
             "The optimisation.",
             {
                 **_options(
-                    optimiser.FitConfig, "optimizer", "learning_rate", "steps",
-                    "second_phase_steps", "checkpoint_every", "stop_tolerance", "stop_window",
+                    optimiser.FitConfig,
+                    "optimizer",
+                    "learning_rate",
+                    "steps",
+                    "second_phase_steps",
+                    "checkpoint_every",
+                    "stop_tolerance",
+                    "stop_window",
                 ),
-                "init": Option(str, "data", "initial parameters: data-based estimates, a draw "
-                               "from the prior, the store's truth, or data-based estimates with "
-                               "each satellite's RFI from the fringe-stopped data",
-                               choices=joint.INITS),
+                "init": Option(
+                    str,
+                    "data",
+                    "initial parameters: data-based estimates, a draw "
+                    "from the prior, the store's truth, or data-based estimates with "
+                    "each satellite's RFI from the fringe-stopped data",
+                    choices=joint.INITS,
+                ),
                 "seed": Option(int, 0, "seed of the prior draw (init: prior)", min=0),
             },
         ),
@@ -81,8 +100,12 @@ SCHEMA = Section(
                 ),
                 "min_elevation_deg": option_from(joint.ModelConfig, "min_elevation_deg"),
                 "catalogue_numbers": Option(
-                    list, None, "NORAD catalogue numbers to take from tle_file; null takes "
-                    "every satellite in it", items=int, nullable=True,
+                    list,
+                    None,
+                    "NORAD catalogue numbers to take from tle_file; null takes "
+                    "every satellite in it",
+                    items=int,
+                    nullable=True,
                 ),
             },
         ),
@@ -97,17 +120,22 @@ SCHEMA = Section(
             "Splitting the work across devices.",
             {
                 "axis": Option(
-                    str, None, f"none, source or baseline; null takes ${SHARD_AXIS_ENV} "
-                    "(default none)", choices=SHARD_AXES, nullable=True,
+                    str,
+                    None,
+                    f"none, source or baseline; null takes ${SHARD_AXIS_ENV} (default none)",
+                    choices=SHARD_AXES,
+                    nullable=True,
                 ),
                 "reuse_plan": Option(
-                    bool, False, "baseline axis only: permute the baselines by the "
+                    bool,
+                    False,
+                    "baseline axis only: permute the baselines by the "
                     "antenna-reuse plan, so that each device touches few antennas",
                 ),
             },
         ),
     },
-)  # fmt: skip
+)
 
 
 def _sources(section: Section, path: str = "") -> dict[str, tuple[type, str]]:

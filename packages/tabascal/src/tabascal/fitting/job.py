@@ -14,6 +14,8 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, fields
 from functools import partial
 from pathlib import Path
 from typing import NamedTuple
@@ -21,10 +23,11 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
+from tabascal import TabascalError
 from tabascal.config import dump_yaml, run_config
 from tabascal.fitting import optimiser, plots, results
-from tabascal.model import gains, joint, likelihood
-from tabascal.parallel import baseline_axis, blockwise, processes, source_axis
+from tabascal.model import joint, likelihood
+from tabascal.parallel import blockwise, processes, routes
 from tabascal.planning import memory
 
 logger = logging.getLogger(__name__)
@@ -35,7 +38,7 @@ CHECKPOINTS = "checkpoints"
 OUTPUT_NAMES = (RESULTS, SUMMARY, "config.yaml", "loss.png", "baselines.png", CHECKPOINTS)
 
 
-class OutputExistsError(FileExistsError):
+class OutputExistsError(TabascalError, FileExistsError):
     """The output folder holds earlier results and neither resume nor overwrite was asked."""
 
 
@@ -74,41 +77,6 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(partial_path, path)
 
 
-def _rmse(a, b) -> float:
-    return float(np.sqrt(np.mean(np.abs(np.asarray(a) - np.asarray(b)) ** 2)))
-
-
-def truth_metrics(prediction: joint.Prediction, obs, noise: float) -> dict:
-    """RMSE and RMSE/noise against the store's truth.
-
-    ``sky``: the fitted sky against the true sky. ``rfi``: the RFI as it appears in the data,
-    g[a1] V_rfi conj(g[a2]), against the same from the truth (the product is what the data
-    constrain: a gain error is indistinguishable from an RFI amplitude error). ``gains``: the
-    fitted gains against the true ones, and over the true gains' spread. ``raw_data``: the
-    data against the true sky, the error of doing nothing. ``apparent_sky``: the sky as it
-    appears in the data, g[a1] V_sky conj(g[a2]), against the truth's.
-    """
-    t = obs.truth
-    a1, a2 = np.asarray(obs.a1), np.asarray(obs.a2)
-    fitted_rfi = gains.apply(prediction.rfi, prediction.gains, a1, a2)
-    true_rfi = gains.apply(t.rfi_vis, t.gains, a1, a2)
-    pairs = {
-        "sky": (prediction.sky, t.sky_vis),
-        "rfi": (fitted_rfi, true_rfi),
-        "raw_data": (obs.vis, t.sky_vis),
-        "apparent_sky": (
-            gains.apply(prediction.sky, prediction.gains, a1, a2),
-            gains.apply(t.sky_vis, t.gains, a1, a2),
-        ),
-    }
-    out = {}
-    for name, (fitted, true) in pairs.items():
-        value = _rmse(fitted, true)
-        out[name] = {"rmse": value, "rmse_over_noise": value / noise}
-    out["gains"] = results.gains_error(prediction.gains, t.gains)
-    return out
-
-
 def _plot(out_dir: Path, history: optimiser.FitHistory, rows, model, data, meta) -> None:
     """Loss curve, and model against data on the baselines ``rows`` (first channel)."""
     plots.plot_loss(history.loss, history.chi2, out_dir / "loss.png")
@@ -141,56 +109,6 @@ def _keeping(cubes, rows: np.ndarray, kept: dict):
         ):
             kept[int(r)] = (model, model + residual)
         yield block_rows, block
-
-
-class _Route(NamedTuple):
-    """What the fit needs of the chosen route.
-
-    unpad: for the whole-array routes, a prediction to the data's rows on the host; spec:
-    the ``baseline_axis.ShardedSpec`` of a baseline-sharded route (outputs go block by block),
-    else None;
-    devices: those the step runs on (one for the unsharded route, the mesh for the others).
-    """
-
-    params: object
-    inputs: tuple
-    loss_fn: object
-    predict_fn: object
-    unpad: object
-    info: dict
-    devices: list
-    spec: object
-
-
-def _whole_route(model: joint.Model, shard_axis: str, reuse_plan: bool) -> _Route:
-    """The route of a model set up from the whole observation in this process."""
-    if shard_axis == "none":
-        return _Route(
-            model.params, (model.constants, model.data), partial(joint.loss, spec=model.spec),
-            partial(joint.predict, spec=model.spec), lambda p: jax.tree.map(np.asarray, p),
-            model.info, [jax.devices()[0]], None,
-        )  # fmt: skip
-    route = {"baseline": baseline_axis, "source": source_axis}[shard_axis]
-    mesh = route.make_mesh()
-    if shard_axis == "baseline":
-        sharded = baseline_axis.shard_model(model, mesh, reuse=reuse_plan)
-    else:
-        sharded = route.shard_model(model, mesh)
-    spec = sharded.spec
-    return _Route(
-        sharded.params, (sharded.constants, sharded.data), partial(route.loss, spec=spec),
-        partial(route.predict, spec=spec), partial(route.unpad, spec=spec), sharded.info,
-        list(mesh.devices.flat), spec if shard_axis == "baseline" else None,
-    )  # fmt: skip
-
-
-def _block_route(sharded: baseline_axis.ShardedModel) -> _Route:
-    spec = sharded.spec
-    return _Route(
-        sharded.params, (sharded.constants, sharded.data), partial(baseline_axis.loss, spec=spec),
-        partial(baseline_axis.predict, spec=spec), None, sharded.info, list(spec.mesh.devices.flat),
-        spec,
-    )  # fmt: skip
 
 
 def _whole_observation(source):
@@ -233,6 +151,59 @@ def _peak_bytes(stages, devices) -> list[int]:
     return [int(b) for b in processes.gather_exact(local).ravel()]
 
 
+@dataclass(frozen=True)
+class RunSummary(Mapping):
+    """What a fit did, as summary.json holds it; read as a mapping of its fields (``truth``
+    only when the observation has one).
+
+    chi2_init, chi2_final: reduced chi-squared before and after; steps; seconds_fit (the
+    optimisation alone); n_devices, n_processes; shard_axis, reuse_plan, read_by_block (the
+    model built block by block from the rows each process reads); per_device_peak_bytes;
+    step_memory (``memory.StageMemory.as_dict`` of one step); collectives (per step); model
+    (the model's info); truth (``results.truth_metrics``) or None.
+    """
+
+    chi2_init: float
+    chi2_final: float
+    steps: int
+    seconds_fit: float
+    n_devices: int
+    n_processes: int
+    shard_axis: str
+    reuse_plan: bool
+    read_by_block: bool
+    per_device_peak_bytes: list[int]
+    step_memory: dict
+    collectives: dict
+    model: dict
+    truth: dict | None = None
+
+    def _keys(self) -> list[str]:
+        return [f.name for f in fields(self) if f.name != "truth" or self.truth is not None]
+
+    def __getitem__(self, key: str):
+        if key not in self._keys():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+
+class _Fitted(NamedTuple):
+    """The optimisation's outcome: its final state and history, the compiled step, the
+    seconds it ran and the initial reduced chi-squared."""
+
+    state: optimiser.FitState
+    history: optimiser.FitHistory
+    compiled: object
+    seconds: float
+    chi2_init: float
+
+
 def run(
     obs,
     out_dir: Path,
@@ -243,7 +214,7 @@ def run(
     shard_axis: str = "none",
     reuse_plan: bool = False,
     progress: bool = True,
-) -> dict:
+) -> RunSummary:
     """Fit ``obs`` with the validated ``config``; write the outputs to ``out_dir`` (process 0)
     and return the summary.
 
@@ -251,153 +222,193 @@ def run(
     ``blockwise.RowSource`` (e.g. ``StoreRows``: rows read as needed). On the baseline
     axis the model is built block by block (``blockwise.build``): each process reads only
     its own devices' rows and the outputs are written block by block; a multi-process run must
-    take that route. shard_axis: none, baseline or source (``run_config.shard_axis``);
+    take that route. shard_axis: one of ``routes.SHARD_AXES`` (``run_config.shard_axis``);
     reuse_plan: permute the baselines by the antenna-reuse plan (baseline axis only).
     """
-    if shard_axis not in run_config.SHARD_AXES:
+    if shard_axis not in routes.SHARD_AXES:
         raise ValueError(f"shard axis {shard_axis!r} is not known; use none, baseline or source")
-    if reuse_plan and shard_axis != "baseline":
-        raise ValueError(
-            f"the antenna-reuse plan needs the baseline axis, not {shard_axis!r}; pass "
-            "--shard-axis baseline or drop --reuse-plan"
-        )
+    route = routes.route(shard_axis, reuse_plan)
+    source = obs if hasattr(obs, "read") else blockwise.MemoryRows(obs)
+    by_block = _check_route(route, source, config["fit"]["init"])
     # Without jax's 64-bit mode every float64 array would silently become float32; the mode is
     # scoped to this call, so that the caller's precision is as it was afterwards.
     with jax.enable_x64(config["precision"] == "double" or jax.config.jax_enable_x64):
-        return _run(obs, out_dir, config, resume, overwrite, shard_axis, reuse_plan, progress)
+        out_dir = Path(out_dir)
+        with processes.stage("preparing the output folder"):
+            if processes.is_writer():
+                prepare_output(out_dir, resume=resume, overwrite=overwrite)
+        placed = _placed_model(route, source, config, by_block)
+        if processes.is_writer():
+            _write_atomically(out_dir / "config.yaml", dump_yaml(config))
+        fitted = _optimise(route, placed, config, out_dir, resume, progress)
+        return _write_outputs(route, placed, fitted, source, config, out_dir, by_block)
 
 
-def _run(obs, out_dir, config, resume, overwrite, shard_axis, reuse_plan, progress) -> dict:
-    source = obs if hasattr(obs, "read") else blockwise.MemoryRows(obs)
-    if shard_axis != "none" and source.meta.n_sat == 0:
+def _check_route(route: routes.Route, source, init: str) -> bool:
+    """Refuse what the route cannot do with ``source``; whether the model is built (and its
+    outputs written) block by block."""
+    if route.name != "none" and source.meta.n_sat == 0:
         raise ValueError(
-            f"the observation has no satellites, and the {shard_axis} axis splits the RFI "
+            f"the observation has no satellites, and the {route.shard_axis} axis splits the RFI "
             "term's work; fit it on one device (--shard-axis none), which models the sky and "
             "the gains alone"
         )
-    init, seed = config["fit"]["init"], config["fit"]["seed"]
-    by_block = shard_axis == "baseline" and init not in joint.WHOLE_OBSERVATION_INITS
+    by_block = route.by_block and init not in joint.WHOLE_OBSERVATION_INITS
     if not by_block and processes.process_count() > 1:
         raise ValueError(
             f"a run over {processes.process_count()} processes reads the data block by block, "
             f"which needs --shard-axis baseline and init 'data' or 'prior' (got shard axis "
-            f"{shard_axis!r}, init {init!r})"
+            f"{route.shard_axis!r}, init {init!r})"
         )
-    out_dir = Path(out_dir)
-    with processes.stage("preparing the output folder"):
-        if processes.is_writer():
-            prepare_output(out_dir, resume=resume, overwrite=overwrite)
-    fit_cfg = run_config.fit_config(config)
+    return by_block
+
+
+def _placed_model(route: routes.Route, source, config: dict, by_block: bool):
+    """The model placed as ``route`` places it: built block by block from the rows each
+    process reads, or from the whole observation and then placed."""
     model_cfg = run_config.model_config(config)
-    whole_obs = None
+    init, seed = config["fit"]["init"], config["fit"]["seed"]
+    mesh = route.make_mesh()
     if by_block:
-        mesh = baseline_axis.make_mesh()
-        route = _block_route(
-            blockwise.build(source, model_cfg, mesh, init=init, seed=seed, reuse=reuse_plan)
+        return blockwise.build(
+            source, model_cfg, mesh, init=init, seed=seed, reuse=route.reuse_plan
         )
-    else:
-        whole_obs = _whole_observation(source)
-        model = joint.build(whole_obs, model_cfg, init=init, seed=seed)
-        route = _whole_route(model, shard_axis, reuse_plan)
-        # A sharded route drops the unsharded model's device arrays, so that device 0 holds
-        # only its own block during the fit.
-        del model
-    if processes.is_writer():
-        _write_atomically(out_dir / "config.yaml", dump_yaml(config))
-    params, inputs, loss_fn, predict_fn = (
-        route.params,
-        route.inputs,
-        route.loss_fn,
-        route.predict_fn,
-    )
+    model = joint.build(_whole_observation(source), model_cfg, init=init, seed=seed)
+    # A sharded route's placement leaves the unsharded model's device arrays unreferenced, so
+    # that device 0 holds only its own block during the fit.
+    return route.place(model, mesh)
+
+
+def _optimise(route: routes.Route, placed, config: dict, out_dir: Path, resume, progress):
+    """Run (or resume) the optimisation of ``placed``, checkpointing under ``out_dir``."""
+    fit_cfg = run_config.fit_config(config)
+    inputs = (placed.constants, placed.data)
+    loss_fn = partial(route.loss, spec=placed.spec)
     optimizer = optimiser.make_optimizer(fit_cfg)
-    state = optimiser.init_state(params, optimizer)
+    state = optimiser.init_state(placed.params, optimizer)
     history = None
     if resume:
         template = state
         state, history = optimiser.load_checkpoint(out_dir / CHECKPOINTS, state)
-        if shard_axis != "none":
+        if route.name != "none":
             state = _place_like(state, template)
         logger.info("resuming at step %d", int(state.step))
     compiled = optimiser.make_step(loss_fn, optimizer).lower(state, inputs).compile()
-    stages = [memory.stage_memory(compiled)]
     start = time.perf_counter()
     state, history = optimiser.run(
-        compiled, state, inputs, fit_cfg, history=history,
-        checkpoint_dir=out_dir / CHECKPOINTS, progress=progress,
-    )  # fmt: skip
-    seconds_fit = time.perf_counter() - start
-    per_device_peak = _peak_bytes(stages, route.devices)
+        compiled,
+        state,
+        inputs,
+        fit_cfg,
+        history=history,
+        checkpoint_dir=out_dir / CHECKPOINTS,
+        progress=progress,
+    )
+    seconds = time.perf_counter() - start
     # Each step reports the loss at the parameters it starts from, so the first step's figure
     # (kept in the history, across resumes) is the initial chi-squared; only a fit of zero
     # steps needs its own evaluation.
     if len(history.chi2):
         chi2_init = float(history.chi2[0])
     else:
-        chi2_init = float(jax.jit(loss_fn)(params, inputs)[1]["chi2"])
+        chi2_init = float(jax.jit(loss_fn)(placed.params, inputs)[1]["chi2"])
+    return _Fitted(state, history, compiled, seconds, chi2_init)
 
-    data = inputs[1]
-    prediction = jax.jit(predict_fn)(state.params, inputs[0])
-    # A masked reduction on the devices that hold the rows (padded rows are flagged).
+
+class _Outputs(NamedTuple):
+    """The fitted model's outputs: the ``results.CUBES`` as (data rows, {name: cube}) blocks
+    in the data's order, the gains (n_ant, n_freq, n_time), this process's (data rows, sky,
+    RFI) blocks for the truth metrics, the final reduced chi-squared and the mean noise."""
+
+    cubes: Iterable
+    gains: np.ndarray
+    fitted_blocks: Iterable
+    chi2_final: float
+    noise_mean: float
+
+
+def _predicted(route: routes.Route, placed, params) -> _Outputs:
+    """Predict from ``params``; a baseline-sharded route's cubes leave block by block."""
+    spec, data = placed.spec, placed.data
+    n_bl = getattr(spec, "model", spec).n_bl
+    prediction = jax.jit(partial(route.predict, spec=spec))(params, placed.constants)
+    # Masked reductions on the devices that hold the rows (padded rows are flagged).
     chi2_final = float(
-        jax.jit(likelihood.reduced_chi2)(prediction.model, data.vis, data.flags, data.noise,
-                                         data.n_points)
-    )  # fmt: skip
-    meta = source.meta
-    n_bl = meta.n_bl
-    summary = {
-        "chi2_init": chi2_init,
-        "chi2_final": chi2_final,
-        "steps": int(state.step),
-        "seconds_fit": seconds_fit,
-        "n_devices": len(route.devices),
-        "n_processes": processes.process_count(),
-        "shard_axis": shard_axis,
-        "reuse_plan": reuse_plan,
-        "read_by_block": by_block,
-        "per_device_peak_bytes": per_device_peak,
-        "step_memory": stages[0].as_dict(),
-        "collectives": memory.count_collectives(compiled),
-        "model": route.info,
-    }
-    if route.spec is not None:
-        # Baseline-sharded: the cubes leave block by block, in the data's row order.
-        spec = route.spec
-        residual = jax.jit(lambda f, v, m: jax.numpy.where(f, 0, v - m))(
-            data.flags, data.vis, prediction.model
+        jax.jit(likelihood.reduced_chi2)(
+            prediction.model, data.vis, data.flags, data.noise, data.n_points
         )
-        cubes = results.sharded_cubes(prediction, residual, data.flags, spec)
-        gains_host = np.asarray(prediction.gains.addressable_data(0))
-        if source.has_truth:
-            noise_mean = float(jax.jit(lambda n: jax.numpy.sum(n[:n_bl]) / n_bl)(data.noise))
-            summary["truth"] = results.truth_metrics(
-                prediction, spec, source.read_truth, meta.a1, meta.a2, noise_mean
-            )
-    else:
-        host = route.unpad(prediction)
-        host_data = jax.tree.map(np.asarray, data)
-        residual = np.where(host_data.flags, 0, host_data.vis - host.model)
-        cubes = [(np.arange(n_bl), {
-            "sky_vis": host.sky, "rfi_vis": host.rfi, "model_vis": host.model,
-            "residual": residual, "flags": host_data.flags,
-        })]  # fmt: skip
-        gains_host = host.gains
-        if whole_obs.truth is not None:
-            summary["truth"] = truth_metrics(host, whole_obs, float(np.mean(host_data.noise)))
+    )
+    noise_mean = float(jax.jit(lambda n: jax.numpy.sum(n[:n_bl]) / n_bl)(data.noise))
+    if route.by_block:
+        residual = jax.jit(likelihood.residual)(prediction.model, data.vis, data.flags)
+        return _Outputs(
+            cubes=results.sharded_cubes(prediction, residual, data.flags, spec),
+            gains=np.asarray(prediction.gains.addressable_data(0)),
+            fitted_blocks=results.local_blocks(prediction, spec),
+            chi2_final=chi2_final,
+            noise_mean=noise_mean,
+        )
+    host = route.unpad(prediction, spec)
+    flags = np.asarray(data.flags)
+    residual = np.asarray(likelihood.residual(host.model, np.asarray(data.vis), flags))
+    cubes = {
+        "sky_vis": host.sky,
+        "rfi_vis": host.rfi,
+        "model_vis": host.model,
+        "residual": residual,
+        "flags": flags,
+    }
+    rows = np.arange(n_bl)
+    # An unsharded fit is one block of every row.
+    return _Outputs(
+        cubes=[(rows, cubes)],
+        gains=host.gains,
+        fitted_blocks=[(rows, host.sky, host.rfi)],
+        chi2_final=chi2_final,
+        noise_mean=noise_mean,
+    )
+
+
+def _write_outputs(route, placed, fitted: _Fitted, source, config, out_dir, by_block):
+    """Write results.zarr, the plots and summary.json (process 0); return the summary."""
+    meta = source.meta
+    out = _predicted(route, placed, fitted.state.params)
+    truth = None
+    if source.has_truth:
+        truth = results.truth_metrics(
+            out.fitted_blocks, out.gains, source.read_truth, meta, out.noise_mean
+        )
+    devices = routes.devices(placed.spec)
+    summary = RunSummary(
+        chi2_init=fitted.chi2_init,
+        chi2_final=out.chi2_final,
+        steps=int(fitted.state.step),
+        seconds_fit=fitted.seconds,
+        n_devices=len(devices),
+        n_processes=processes.process_count(),
+        shard_axis=route.shard_axis,
+        reuse_plan=route.reuse_plan,
+        read_by_block=by_block,
+        per_device_peak_bytes=_peak_bytes([memory.stage_memory(fitted.compiled)], devices),
+        step_memory=memory.stage_memory(fitted.compiled).as_dict(),
+        collectives=memory.count_collectives(fitted.compiled),
+        model=placed.info,
+        truth=truth,
+    )
     plot_rows = _plot_rows(meta, config) if config["output"]["plots"] else np.arange(0)
     kept = {}
     whole = {
-        "gains": gains_host,
+        "gains": out.gains,
         "a1": np.asarray(meta.a1, np.int32),
         "a2": np.asarray(meta.a2, np.int32),
         "times_s": np.asarray(meta.times_s),
         "freqs_hz": np.asarray(meta.freqs_hz),
     }
-    results.write_results(out_dir / RESULTS, _keeping(cubes, plot_rows, kept), whole, n_bl)
+    results.write_results(out_dir / RESULTS, _keeping(out.cubes, plot_rows, kept), whole, meta.n_bl)
     if processes.is_writer():
         if config["output"]["plots"]:
             model_rows = np.stack([kept[int(r)][0] for r in plot_rows])
             data_rows = np.stack([kept[int(r)][1] for r in plot_rows])
-            _plot(out_dir, history, plot_rows, model_rows, data_rows, meta)
-        _write_atomically(out_dir / SUMMARY, json.dumps(summary, indent=2) + "\n")
+            _plot(out_dir, fitted.history, plot_rows, model_rows, data_rows, meta)
+        _write_atomically(out_dir / SUMMARY, json.dumps(dict(summary), indent=2) + "\n")
     return summary

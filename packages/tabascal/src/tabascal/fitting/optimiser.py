@@ -54,9 +54,11 @@ class FitConfig:
     second_phase_steps: int = option_field(0, "further steps at a tenth of the step size", min=0)
     checkpoint_every: int = option_field(100, "checkpoint every this many steps (0 = never)", min=0)
     stop_tolerance: float = option_field(
-        0.0, "stop before the steps run out once the loss falls by less than this fraction of "
-        "itself over stop_window steps (0 = never)", min=0.0,
-    )  # fmt: skip
+        0.0,
+        "stop before the steps run out once the loss falls by less than this fraction of "
+        "itself over stop_window steps (0 = never)",
+        min=0.0,
+    )
     stop_window: int = option_field(50, "steps over which stop_tolerance is measured", min=1)
 
     @property

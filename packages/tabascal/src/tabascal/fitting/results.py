@@ -144,24 +144,43 @@ class TruthRows(NamedTuple):
     gains: np.ndarray
 
 
-def truth_metrics(prediction, spec, read_truth, a1, a2, noise_mean: float) -> dict:
-    """RMSE against the truth, as ``job.truth_metrics``, from each process's own blocks.
-
-    read_truth(rows) -> ``TruthRows``; a1, a2: (n_bl,) in the data's order.
-    """
+def local_blocks(prediction, spec) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(data rows, fitted sky, fitted RFI) of each block this process holds of a
+    baseline-sharded ``prediction``, real rows only, as numpy."""
     mesh = spec.mesh
     here = jax.process_index()
-    sums = np.zeros(4, np.float64)
-    fitted_gains = np.asarray(prediction.gains.addressable_data(0))
-    true_gains = None
     for block in blocks(spec):
         if mesh.devices.flat[block.device].process_index != here or block.stop == block.start:
             continue
-        truth = read_truth(block.rows)
+        yield (
+            block.rows,
+            local_block(prediction.sky, block, mesh),
+            local_block(prediction.rfi, block, mesh),
+        )
+
+
+def truth_metrics(fitted_blocks, fitted_gains, read_truth, meta, noise_mean: float) -> dict:
+    """RMSE and RMSE/noise against the truth, from each process's own blocks, with the sums
+    gathered across processes (an unsharded fit is one block of every row).
+
+    ``sky``: the fitted sky against the true sky. ``rfi``: the RFI as it appears in the data,
+    g[a1] V_rfi conj(g[a2]), against the same from the truth (the product is what the data
+    constrain: a gain error is indistinguishable from an RFI amplitude error). ``raw_data``:
+    the data against the true sky, the error of doing nothing. ``apparent_sky``: the sky as it
+    appears in the data, g[a1] V_sky conj(g[a2]), against the truth's. ``gains``:
+    ``gains_error``.
+
+    fitted_blocks: (data rows, fitted sky, fitted RFI) per block, the cubes (len(rows),
+    n_freq, n_time); fitted_gains: (n_ant, n_freq, n_time); read_truth(rows) -> ``TruthRows``;
+    meta: the observation's (a1, a2 in the data's order, and its sizes); noise_mean: the mean
+    noise std over the baselines, in the data's units.
+    """
+    sums = np.zeros(4, np.float64)
+    true_gains = None
+    for rows, sky, rfi in fitted_blocks:
+        truth = read_truth(rows)
         true_gains = truth.gains
-        sky = local_block(prediction.sky, block, mesh)
-        rfi = local_block(prediction.rfi, block, mesh)
-        b1, b2 = np.asarray(a1)[block.rows], np.asarray(a2)[block.rows]
+        b1, b2 = np.asarray(meta.a1)[rows], np.asarray(meta.a2)[rows]
         fitted_rfi = np.asarray(gains.apply(rfi, fitted_gains, b1, b2))
         true_rfi = np.asarray(gains.apply(truth.rfi_vis, truth.gains, b1, b2))
         fitted_sky = np.asarray(gains.apply(sky, fitted_gains, b1, b2))
@@ -173,7 +192,7 @@ def truth_metrics(prediction, spec, read_truth, a1, a2, noise_mean: float) -> di
             np.sum(np.abs(fitted_sky - true_sky) ** 2),
         ]
     total = processes.gather_exact(sums).sum(axis=0)
-    count = spec.model.n_bl * spec.model.n_freq * spec.model.n_time
+    count = meta.n_bl * meta.n_freq * meta.n_time
     out = {}
     names = ("sky", "rfi", "raw_data", "apparent_sky")
     for name, value in zip(names, np.sqrt(total / count), strict=True):

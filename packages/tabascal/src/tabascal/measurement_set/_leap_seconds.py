@@ -31,9 +31,19 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 _MONTH_NAMES = (
-    "January", "February", "March", "April", "May", "June",
-    "July", "August", "September", "October", "November", "December",
-)  # fmt: skip
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 _MONTHS = {name: k + 1 for k, name in enumerate(_MONTH_NAMES)}
 _BULLETIN = re.compile(r"Bulletin (?:C )?(\d+) issued in (\w+) (\d{4})")
 # TAI - UTC is an integer number of seconds from this MJD on (1972 January 1): casacore's rows

@@ -63,17 +63,26 @@ class ModelConfig:
         None, "prior std per cell; null estimates it from the data", "Jy", min=0.0
     )
     rfi_sigma: float | None = option_field(
-        None, "prior std of the signal per cell; null estimates it from the data", "Jy^0.5",
+        None,
+        "prior std of the signal per cell; null estimates it from the data",
+        "Jy^0.5",
         min=0.0,
-    )  # fmt: skip
+    )
     fov_radius_deg: float | None = option_field(
-        None, "radius of the field whose fringes the sky follows; null = the station beam's "
-        "first null at the lowest channel", "deg", min=0.0, max=90.0,
-    )  # fmt: skip
+        None,
+        "radius of the field whose fringes the sky follows; null = the station beam's "
+        "first null at the lowest channel",
+        "deg",
+        min=0.0,
+        max=90.0,
+    )
     min_elevation_deg: float = option_field(
-        0.0, "a satellite contributes no RFI where it is at or below this elevation at the "
-        "array centre", "deg", min=-90.0, max=90.0,
-    )  # fmt: skip
+        0.0,
+        "a satellite contributes no RFI where it is at or below this elevation at the array centre",
+        "deg",
+        min=-90.0,
+        max=90.0,
+    )
     precision: str = option_field(
         "single", "float precision of the model", choices=tuple(PRECISIONS)
     )
@@ -153,8 +162,29 @@ def predict(params: ModelParams, constants: ModelConstants, spec: ModelSpec) -> 
     return Prediction(v_sky, v_rfi, g, model)
 
 
-def loss(params: ModelParams, inputs: tuple[ModelConstants, Data], spec: ModelSpec):
-    """(loss, {"chi2": reduced chi-squared}) for ``params``; inputs = (constants, data)."""
+class PriorKeys(NamedTuple):
+    """The random keys of an ``init: prior`` draw, one per component."""
+
+    rfi: jax.Array
+    sky: jax.Array
+    gains: jax.Array
+
+
+def prior_keys(seed: int) -> PriorKeys:
+    """The one place the prior draw's keys come from ``seed``: every route that builds a model
+    (``build``, ``blockwise.build``) draws the same numbers from the same seed."""
+    return PriorKeys(
+        rfi=jax.random.key(seed), sky=jax.random.key(seed + 1), gains=jax.random.key(seed + 2)
+    )
+
+
+def loss(params: ModelParams, inputs: tuple[ModelConstants, Data], spec, predict=predict):
+    """(loss, {"chi2": reduced chi-squared}) for ``params``; inputs = (constants, data).
+
+    predict(params, constants, spec) -> ``Prediction``: this module's, or a sharded route's
+    over its placed ``spec`` (``tabascal.parallel.routes``), whose padded rows are flagged so
+    that n_points stays the real data's.
+    """
     constants, data = inputs
     model = predict(params, constants, spec).model
     nll = likelihood.neg_log_likelihood(model, data.vis, data.flags, data.noise)
@@ -185,8 +215,10 @@ def satellites_in_view(meta, config: ModelConfig) -> np.ndarray:
         names = ", ".join(meta.orbits.label(int(s)) for s in never)
         logger.warning(
             "satellite(s) %s stay at or below %.1f deg elevation for the whole observation: "
-            "left out of the fit (no RFI from them)", names, config.min_elevation_deg,
-        )  # fmt: skip
+            "left out of the fit (no RFI from them)",
+            names,
+            config.min_elevation_deg,
+        )
     return in_view
 
 
@@ -244,13 +276,24 @@ def observation_geometry(meta, config: ModelConfig) -> Geometry:
         )
     fov = _fov_radius_rad(config, meta)
     fringe_rate = geometry.max_sky_fringe_rate(
-        meta.ant_itrf, meta.a1, meta.a2, meta.times_s, meta.gast0_rad, meta.ra_rad, meta.dec_rad,
-        meta.freqs_hz, fov,
-    )  # fmt: skip
+        meta.ant_itrf,
+        meta.a1,
+        meta.a2,
+        meta.times_s,
+        meta.gast0_rad,
+        meta.ra_rad,
+        meta.dec_rad,
+        meta.freqs_hz,
+        fov,
+    )
     return Geometry(
-        delay_us, geometry.centre_phase(delay_us, meta.freqs_hz), time_cycles, freq_cycles,
-        fringe_rate, fov,
-    )  # fmt: skip
+        delay_us,
+        geometry.centre_phase(delay_us, meta.freqs_hz),
+        time_cycles,
+        freq_cycles,
+        fringe_rate,
+        fov,
+    )
 
 
 def rfi_time_scales(meta, config: ModelConfig) -> np.ndarray:
@@ -285,12 +328,20 @@ def _groups(meta, geom: Geometry, snr: float, config: ModelConfig, real):
     labels, specs = rfi_vis.plan_groups(geom.time_cycles, geom.freq_cycles, snr, config.rfi_vis)
     tables = tuple(
         rfi_vis.make_group_tables(
-            spec, np.flatnonzero(labels == g), np.asarray(meta.a1), np.asarray(meta.a2),
-            meta.n_ant, meta.n_freq, meta.n_time, meta.chan_width, meta.int_time,
-            config.rfi_vis, real,
+            spec,
+            np.flatnonzero(labels == g),
+            np.asarray(meta.a1),
+            np.asarray(meta.a2),
+            meta.n_ant,
+            meta.n_freq,
+            meta.n_time,
+            meta.chan_width,
+            meta.int_time,
+            config.rfi_vis,
+            real,
         )
         for g, spec in enumerate(specs)
-    )  # fmt: skip
+    )
     counts = np.bincount(labels, minlength=len(specs))
     sizes = {
         f"{s.operator} t{s.n_time_samples} f{s.n_freq_samples}": int(c)
@@ -324,17 +375,31 @@ def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None 
     corr_time_s = rfi_time_scales(meta, config)
     spec = ModelSpec(meta.n_bl, n_ant, n_src, n_freq, n_time, specs, config.rfi_vis)
     rfi_c = rfi_signal.make_constants(
-        config.rfi_signal, n_ant, n_src, n_freq, n_time, meta.chan_width, meta.int_time,
-        scale=rfi_level, mean=rfi_level if init in FROM_DATA_INITS else 0.0,
-        corr_time_s=corr_time_s, in_view=in_view, dtype=real,
-    )  # fmt: skip
+        config.rfi_signal,
+        n_ant,
+        n_src,
+        n_freq,
+        n_time,
+        meta.chan_width,
+        meta.int_time,
+        scale=rfi_level,
+        mean=rfi_level if init in FROM_DATA_INITS else 0.0,
+        corr_time_s=corr_time_s,
+        in_view=in_view,
+        dtype=real,
+    )
     gains_c = gains.make_constants(config.gains, n_ant, n_freq, n_time, meta.int_time, dtype=real)
     constants = ModelConstants(
-        sky=None, rfi_signal=rfi_c, gains=gains_c, groups=tables,
-        phase=jnp.asarray(geom.phase, real), delay_us=jnp.asarray(geom.delay_us, real),
+        sky=None,
+        rfi_signal=rfi_c,
+        gains=gains_c,
+        groups=tables,
+        phase=jnp.asarray(geom.phase, real),
+        delay_us=jnp.asarray(geom.delay_us, real),
         freq_mhz=jnp.asarray(meta.freqs_hz * 1e-6, real),
-        a1=jnp.asarray(meta.a1, jnp.int32), a2=jnp.asarray(meta.a2, jnp.int32),
-    )  # fmt: skip
+        a1=jnp.asarray(meta.a1, jnp.int32),
+        a2=jnp.asarray(meta.a2, jnp.int32),
+    )
     grid = sky.make_grid(
         config.sky, geom.sky_fringe_rate_hz, n_freq, n_time, meta.chan_width, meta.int_time
     )
@@ -348,11 +413,14 @@ def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None 
         "fov_radius_deg": float(np.rad2deg(geom.fov_radius_rad)),
     }
     return Frame(
-        spec, constants, grid, geom.sky_fringe_rate_hz,
-        rfi_signal.init(rfi_c, jax.random.key(seed) if init == "prior" else None),
-        gains.init(gains_c, jax.random.key(seed + 2) if init == "prior" else None),
+        spec,
+        constants,
+        grid,
+        geom.sky_fringe_rate_hz,
+        rfi_signal.init(rfi_c, prior_keys(seed).rfi if init == "prior" else None),
+        gains.init(gains_c, prior_keys(seed).gains if init == "prior" else None),
         info,
-    )  # fmt: skip
+    )
 
 
 def _check_init(init: str) -> None:
@@ -394,19 +462,30 @@ def build(obs, config: ModelConfig, *, init: str = "data", seed: int = 0) -> Mod
     elif init == "fringe" and obs.n_sat:
         c = frame.constants
         estimate = rfi_estimate.estimate_rfi_signal(
-            vis, flags, np.asarray(c.phase, np.float64), np.asarray(c.delay_us, np.float64),
-            np.asarray(obs.a1), np.asarray(obs.a2), obs.freqs_hz, obs.int_time, obs.chan_width,
+            vis,
+            flags,
+            np.asarray(c.phase, np.float64),
+            np.asarray(c.delay_us, np.float64),
+            np.asarray(obs.a1),
+            np.asarray(obs.a2),
+            obs.freqs_hz,
+            obs.int_time,
+            obs.chan_width,
             ref_ant=config.gains.ref_ant,
-        )  # fmt: skip
+        )
         rfi_params = rfi_signal.init_from_estimate(c.rfi_signal, estimate, noise=0.05 * level)
     rfi_start = jax.jit(predict_rfi, static_argnums=2)(rfi_params, frame.constants, frame.spec)
     sky_mean = np.asarray(sky.mean_from_data(vis - np.asarray(rfi_start), flags))
     sky_sigma = config.sky_sigma or max(MeanPower.from_rows(sky_mean).rms, stats.noise_median)
     sky_c = sky.make_constants(
-        config.sky, frame.grid, frame.fringe_rate_hz, scale=sky_sigma,
-        mean=sky_mean if init in FROM_DATA_INITS else 0.0, dtype=real,
-    )  # fmt: skip
-    sky_params = sky.init(sky_c, jax.random.key(seed + 1) if init == "prior" else None)
+        config.sky,
+        frame.grid,
+        frame.fringe_rate_hz,
+        scale=sky_sigma,
+        mean=sky_mean if init in FROM_DATA_INITS else 0.0,
+        dtype=real,
+    )
+    sky_params = sky.init(sky_c, prior_keys(seed).sky if init == "prior" else None)
     if init == "truth":
         sky_params = sky.init_from_data(sky_c, obs.truth.sky_vis, noise=0.01 * noise)
     info = dict(frame.info, sky_sigma=sky_sigma)
@@ -477,6 +556,12 @@ def predict_rfi(rfi_params, constants: ModelConstants, spec: ModelSpec) -> jax.A
     """RFI visibilities (n_bl, n_freq, n_time) alone, before the gains."""
     amp = rfi_signal.forward(rfi_params, constants.rfi_signal)
     return rfi_vis.forward(
-        amp, constants.phase, constants.delay_us, constants.freq_mhz, constants.groups,
-        spec.groups, spec.n_bl, spec.rfi_vis,
-    )  # fmt: skip
+        amp,
+        constants.phase,
+        constants.delay_us,
+        constants.freq_mhz,
+        constants.groups,
+        spec.groups,
+        spec.n_bl,
+        spec.rfi_vis,
+    )

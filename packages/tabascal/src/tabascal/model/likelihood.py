@@ -78,12 +78,13 @@ def _inverse_variance(noise, n_bl: int, dtype) -> jax.Array:
 
 
 def residual(model: jax.Array, vis: jax.Array, flags: jax.Array) -> jax.Array:
-    """model - vis in unflagged cells, exactly 0 in flagged ones (NaN there never read).
+    """The residual data - model in unflagged cells, exactly 0 in flagged ones (NaN there never
+    read): the one sign of the project, as results.zarr's ``residual`` holds it.
 
     model, vis: (n_bl, n_freq, n_time) complex; flags: same shape, bool (True = flagged).
     """
     vis = jnp.where(flags, 0, vis)
-    return jnp.where(flags, 0, model - vis)
+    return jnp.where(flags, 0, vis - model)
 
 
 def chi2_per_baseline(

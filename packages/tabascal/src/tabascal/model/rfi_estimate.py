@@ -72,9 +72,20 @@ def _rank_one(stopped, weight, a1, a2, n_ant, ref_ant, n_iter):
 
 
 def estimate_rfi_signal(
-    vis, flags, phase, delay_us, a1, a2, freqs_hz, int_time, chan_width, *,
-    ref_ant: int = 0, sweeps: int = 3, n_iter: int = 10,
-) -> np.ndarray:  # fmt: skip
+    vis,
+    flags,
+    phase,
+    delay_us,
+    a1,
+    a2,
+    freqs_hz,
+    int_time,
+    chan_width,
+    *,
+    ref_ant: int = 0,
+    sweeps: int = 3,
+    n_iter: int = 10,
+) -> np.ndarray:
     """Per-antenna RFI signal estimate, (n_ant, n_src, n_freq, n_time) complex128.
 
     vis, flags: (n_bl, n_freq, n_time) data and flags; phase: (n_ant, n_src, n_freq, n_time)
@@ -87,8 +98,9 @@ def estimate_rfi_signal(
     n_ant, n_src = phase.shape[:2]
     usable = satellite_winding(delay_us, a1, a2, freqs_hz, int_time, chan_width) < MAX_WINDING
     fringe = np.exp(1j * (phase[a1] - phase[a2]))  # (n_bl, n_src, n_freq, n_time)
-    weight = [((~np.asarray(flags, bool)) * usable[:, r, None, None]).astype(float)
-              for r in range(n_src)]  # fmt: skip
+    weight = [
+        ((~np.asarray(flags, bool)) * usable[:, r, None, None]).astype(float) for r in range(n_src)
+    ]
 
     def fit(r, data):
         stopped = data * fringe[:, r].conj()

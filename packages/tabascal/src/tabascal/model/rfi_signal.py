@@ -54,10 +54,12 @@ class RfiSignalConfig:
     # Measured (benchmarks/science.py): geometric took a LEO pass's RFI residual from 41.6 to
     # 3.8 times the noise and the demo's from 0.47 to 0.35; "fixed" keeps one time for all.
     time_scale: str = option_field(
-        "geometric", "fixed: corr_time_s for every satellite; geometric: each satellite's own, "
+        "geometric",
+        "fixed: corr_time_s for every satellite; geometric: each satellite's own, "
         "the time it takes to cross a sidelobe of the station beam over 2 pi, at most "
-        "corr_time_s", choices=TIME_SCALES,
-    )  # fmt: skip
+        "corr_time_s",
+        choices=TIME_SCALES,
+    )
     cutoff: float = 1.0e-3
     wrap_tolerance: float = 1.0e-3
 
@@ -221,7 +223,13 @@ def init_from_estimate(
     or None; n_iter: conjugate-gradient iterations (static).
     """
     z = _fourier.fit_estimate(
-        amp, flags, constants.mean, noise, _amplitude(constants), constants.dft_freq,
-        constants.dft_time, n_iter,
-    )  # fmt: skip
+        amp,
+        flags,
+        constants.mean,
+        noise,
+        _amplitude(constants),
+        constants.dft_freq,
+        constants.dft_time,
+        n_iter,
+    )
     return RfiSignalParams(z)

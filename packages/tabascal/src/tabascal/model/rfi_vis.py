@@ -60,9 +60,12 @@ class RfiVisConfig:
     # group costs less than the analytic operator's moments; limits 16, 32 and 64 took 0.30,
     # 0.28 and 0.63 s per step on the leo-8 scenario, all-analytic 0.34 s.
     quadrature_limit: int = option_field(
-        32, "groups needing at most this many time samples per integration use quadrature, "
-        "the rest the analytic operator (0 = all analytic)", min=0, max=4096,
-    )  # fmt: skip
+        32,
+        "groups needing at most this many time samples per integration use quadrature, "
+        "the rest the analytic operator (0 = all analytic)",
+        min=0,
+        max=4096,
+    )
     tolerance: float = option_field(
         0.1, "largest averaging error allowed, as a fraction of the noise", min=1e-6
     )
@@ -82,14 +85,18 @@ class RfiVisConfig:
     )
     max_groups: int = option_field(4, "most baseline groups (compiled operator calls)", min=1)
     memory_budget_mb: float = option_field(
-        ri_kernels.DEFAULT_MEMORY_BUDGET_BYTES / 2**20, "fine-grid working memory of each RFI "
+        ri_kernels.DEFAULT_MEMORY_BUDGET_BYTES / 2**20,
+        "fine-grid working memory of each RFI "
         "operator call; on the baseline axis each device takes this divided by the number of "
-        "devices", "MiB", min=1e-3,
-    )  # fmt: skip
+        "devices",
+        "MiB",
+        min=1e-3,
+    )
     sampling: str = option_field(
-        "gauss", "fine samples across a cell: Gauss-Legendre nodes, or the midpoint rule "
-        "(powers of two)", choices=SAMPLINGS,
-    )  # fmt: skip
+        "gauss",
+        "fine samples across a cell: Gauss-Legendre nodes, or the midpoint rule (powers of two)",
+        choices=SAMPLINGS,
+    )
 
     @property
     def memory_budget_bytes(self) -> int:
@@ -285,16 +292,36 @@ def evaluate_group(
     """
     if spec.operator == "quadrature":
         return ri_kernels.quadrature_eval_with_indices(
-            tables.indices, amp, phase, delay_us, tables.w_freq, tables.start_freq,
-            tables.w_time, tables.start_time, tables.dnu_mhz, tables.dt, freq_mhz,
+            tables.indices,
+            amp,
+            phase,
+            delay_us,
+            tables.w_freq,
+            tables.start_freq,
+            tables.w_time,
+            tables.start_time,
+            tables.dnu_mhz,
+            tables.dt,
+            freq_mhz,
             memory_budget_bytes=config.memory_budget_bytes,
-        )  # fmt: skip
+        )
     return ri_kernels.analytic_eval_with_indices(
-        tables.indices, amp, phase, delay_us, tables.w_freq, tables.start_freq,
-        tables.w_time, tables.start_time, tables.dnu_mhz, tables.dt, freq_mhz,
-        segments=config.segments, terms=config.terms, cubic_terms=config.cubic_terms,
+        tables.indices,
+        amp,
+        phase,
+        delay_us,
+        tables.w_freq,
+        tables.start_freq,
+        tables.w_time,
+        tables.start_time,
+        tables.dnu_mhz,
+        tables.dt,
+        freq_mhz,
+        segments=config.segments,
+        terms=config.terms,
+        cubic_terms=config.cubic_terms,
         memory_budget_bytes=config.memory_budget_bytes,
-    )  # fmt: skip
+    )
 
 
 def forward(

@@ -269,9 +269,15 @@ def init_from_data(
     n_iter: conjugate-gradient iterations (static).
     """
     z = _fourier.fit_estimate(
-        vis, flags, constants.mean, noise, _amplitude(constants), constants.dft_freq,
-        constants.dft_time, n_iter,
-    )  # fmt: skip
+        vis,
+        flags,
+        constants.mean,
+        noise,
+        _amplitude(constants),
+        constants.dft_freq,
+        constants.dft_time,
+        n_iter,
+    )
     return SkyParams(z)
 
 

@@ -29,6 +29,7 @@ and the gradients of replicated parameters are summed across devices.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -39,7 +40,7 @@ from jax.sharding import PartitionSpec as P
 
 import ri_kernels
 import tabascal_partition
-from tabascal.model import gains, joint, likelihood, rfi_signal, rfi_vis, sky
+from tabascal.model import gains, joint, rfi_signal, rfi_vis, sky
 
 AXIS = "bl"
 
@@ -194,8 +195,9 @@ class Layout(NamedTuple):
         return self.spec.n_rows
 
 
-def plan_layout(model_spec: joint.ModelSpec, constants: joint.ModelConstants, mesh: Mesh, *,
-                reuse: bool) -> Layout:  # fmt: skip
+def plan_layout(
+    model_spec: joint.ModelSpec, constants: joint.ModelConstants, mesh: Mesh, *, reuse: bool
+) -> Layout:
     """The layout of a model's rows over ``mesh`` from its a1, a2 and RFI groups (host)."""
     n_dev = mesh.size
     a1, a2 = np.asarray(constants.a1), np.asarray(constants.a2)
@@ -212,8 +214,9 @@ def plan_layout(model_spec: joint.ModelSpec, constants: joint.ModelConstants, me
     rfi_config = model_spec.rfi_vis
     rfi_config = replace(rfi_config, memory_budget_mb=rfi_config.memory_budget_mb / n_dev)
     model_spec = replace(model_spec, rfi_vis=rfi_config)
-    spec = ShardedSpec(model_spec, mesh, plan.block_size, plan.n_ghost, antenna_ids=antenna_ids,
-                       reuse=reuse_plan)  # fmt: skip
+    spec = ShardedSpec(
+        model_spec, mesh, plan.block_size, plan.n_ghost, antenna_ids=antenna_ids, reuse=reuse_plan
+    )
     order = None if reuse_plan is None else np.asarray(reuse_plan.order)
     return Layout(spec, plan, reuse_plan, order)
 
@@ -238,8 +241,12 @@ def place_constants(constants: joint.ModelConstants, layout: Layout) -> joint.Mo
 
 def layout_info(info: dict, layout: Layout) -> dict:
     """The model's ``info`` with the layout's figures added."""
-    info = dict(info, n_devices=layout.spec.n_dev, block_size=layout.plan.block_size,
-                n_ghost=layout.plan.n_ghost)  # fmt: skip
+    info = dict(
+        info,
+        n_devices=layout.spec.n_dev,
+        block_size=layout.plan.block_size,
+        n_ghost=layout.plan.n_ghost,
+    )
     reuse_plan = layout.reuse_plan
     if reuse_plan is not None:
         info["reuse_plan"] = {
@@ -346,9 +353,13 @@ def predict_rfi(rfi_params, constants: joint.ModelConstants, spec: ShardedSpec) 
         out_specs=P(AXIS),
     )
     vis = mapped(
-        rfi_params, constants.rfi_signal, constants.phase, constants.delay_us,
-        constants.freq_mhz, constants.groups,
-    )  # fmt: skip
+        rfi_params,
+        constants.rfi_signal,
+        constants.phase,
+        constants.delay_us,
+        constants.freq_mhz,
+        constants.groups,
+    )
     return _keep_rows(vis, spec)
 
 
@@ -365,15 +376,9 @@ def predict(params: joint.ModelParams, constants, spec: ShardedSpec) -> joint.Pr
     return joint.Prediction(v_sky, v_rfi, g, model)
 
 
-def loss(params: joint.ModelParams, inputs, spec: ShardedSpec):
-    """Sharded ``joint.loss``: (loss, {"chi2": reduced chi-squared}); inputs = (constants,
-    data) of a ``ShardedModel``. Padded rows are flagged, so n_points is the real data's."""
-    constants, data = inputs
-    model = predict(params, constants, spec).model
-    nll = likelihood.neg_log_likelihood(model, data.vis, data.flags, data.noise)
-    priors = (sky.prior(params.sky), rfi_signal.prior(params.rfi), gains.prior(params.gains))
-    value = likelihood.loss(nll, priors, data.n_points)
-    return value, {"chi2": nll / data.n_points.astype(nll.dtype)}
+#: Sharded ``joint.loss``: (loss, {"chi2": reduced chi-squared}); inputs = (constants, data)
+#: of a ``ShardedModel``.
+loss = partial(joint.loss, predict=predict)
 
 
 def data_order(rows, spec: ShardedSpec) -> np.ndarray:

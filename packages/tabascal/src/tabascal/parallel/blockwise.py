@@ -36,6 +36,7 @@ import tabascal_partition
 from tabascal.model import _whitened, joint, likelihood, sky
 from tabascal.model.data_stats import DataStats
 from tabascal.parallel import baseline_axis, processes
+from tabascal.store.format import default_chunk_rows
 
 logger = logging.getLogger(__name__)
 
@@ -159,8 +160,12 @@ class MemoryRows:
 
         rows = np.asarray(rows, np.int64)
         t = self.obs.truth
-        return TruthRows(np.asarray(self.obs.vis)[rows], np.asarray(t.sky_vis)[rows],
-                         np.asarray(t.rfi_vis)[rows], np.asarray(t.gains))  # fmt: skip
+        return TruthRows(
+            np.asarray(self.obs.vis)[rows],
+            np.asarray(t.sky_vis)[rows],
+            np.asarray(t.rfi_vis)[rows],
+            np.asarray(t.gains),
+        )
 
 
 def _local_devices(mesh) -> list[int]:
@@ -186,10 +191,24 @@ def _merge_processes(stats: DataStats) -> DataStats:
     gathered = [processes.gather_exact(x) for x in (scalars, stats.abs_counts, stats.noise_counts)]
     merged = None
     for scalars, abs_counts, noise_counts in zip(*gathered, strict=True):
-        part = DataStats(float(scalars[0]), float(scalars[1]), int(scalars[2]), abs_counts,
-                         noise_counts)  # fmt: skip
+        part = DataStats(
+            float(scalars[0]), float(scalars[1]), int(scalars[2]), abs_counts, noise_counts
+        )
         merged = part if merged is None else merged.merge(part)
     return merged
+
+
+def data_stats(source: RowSource, rows_per_read: int | None = None) -> DataStats:
+    """The statistics of every row of ``source``, read ``rows_per_read`` rows at a time (a
+    store chunk's worth when None), so that no more than that is held at once."""
+    meta = source.meta
+    step = rows_per_read or default_chunk_rows(meta.n_freq, meta.n_time)
+    stats = None
+    for start in range(0, meta.n_bl, step):
+        host = source.read(np.arange(start, min(start + step, meta.n_bl)))
+        part = DataStats.from_rows(host.vis, host.flags, host.noise)
+        stats = part if stats is None else stats.merge(part)
+    return stats
 
 
 def _device_rows(d: int, block_size: int, n_bl: int, order) -> np.ndarray:
@@ -233,54 +252,92 @@ def build(
         )
     meta = source.meta
     real = np.dtype(joint.PRECISIONS[config.precision])
-    cplx = np.result_type(real, np.complex64)
-    n_bl, n_dev = meta.n_bl, mesh.size
-    local = _local_devices(mesh)
-    owned = tabascal_partition.ownership(n_bl, n_dev)
-
-    def read(order):
-        out = {}
-        for d in local:
-            rows = _device_rows(d, owned.block_size, n_bl, order)
-            logger.debug("device %d: reading %d rows", d, rows.size)
-            host = source.read(rows) if rows.size else None
-            if host is None:
-                shape = (0, meta.n_freq, meta.n_time)
-                host = HostRows(np.zeros(shape, cplx), np.ones(shape, bool), np.ones(0))
-            out[d] = _checked(host, int(rows[0]) if rows.size else n_bl)
-        return out
-
     with processes.stage("reading this process's rows of the observation"):
-        blocks = read(None)
-        stats = None
-        for host in blocks.values():
-            part = DataStats.from_rows(host.vis, host.flags, host.noise)
-            stats = part if stats is None else stats.merge(part)
-    stats = _merge_processes(stats)
+        blocks = _read_blocks(source, mesh, None, real)
+        stats = _merge_processes(_block_stats(blocks))
     if stats.n_points == 0:
         raise ValueError("every visibility is flagged: there is nothing to fit")
     level = config.rfi_sigma or stats.rfi_level(meta.n_sat)
     frame = joint.model_frame(meta, config, stats.snr, level, init, seed)
-
     layout = baseline_axis.plan_layout(frame.spec, frame.constants, mesh, reuse=reuse)
-    spec, order = layout.spec, layout.order
-    if order is not None:
+    if layout.order is not None:
         with processes.stage("reading this process's rows in the antenna-reuse order"):
-            blocks = read(order)
-    B, n_rows = spec.block_size, spec.n_rows
+            blocks = _read_blocks(source, mesh, layout.order, real)
+    data = _placed_data(blocks, stats, mesh, layout.spec.block_size, real)
+    constants = baseline_axis.place_constants(frame.constants, layout)
+    rfi_params = baseline_axis.replicate(frame.rfi, mesh)
+    sky_c, sky_params, sky_sigma = _placed_sky(
+        config, frame, layout, rfi_params, constants, data, stats, init=init, seed=seed
+    )
+    params = joint.ModelParams(sky_params, rfi_params, baseline_axis.replicate(frame.gains, mesh))
+    info = baseline_axis.layout_info(
+        dict(frame.info, sky_sigma=sky_sigma, read_by_block=True), layout
+    )
+    return baseline_axis.ShardedModel(
+        spec=layout.spec,
+        constants=constants._replace(sky=sky_c),
+        data=data,
+        params=params,
+        plan=layout.plan,
+        info=info,
+    )
+
+
+def _read_blocks(source: RowSource, mesh, order, real) -> dict[int, HostRows]:
+    """{mesh position: its rows of ``source``} for this process's devices, in the data's
+    order or the permuted ``order``; a device with no rows gets an empty block."""
+    meta = source.meta
+    cplx = np.result_type(real, np.complex64)
+    block_size = tabascal_partition.ownership(meta.n_bl, mesh.size).block_size
+    out = {}
+    for d in _local_devices(mesh):
+        rows = _device_rows(d, block_size, meta.n_bl, order)
+        logger.debug("device %d: reading %d rows", d, rows.size)
+        host = source.read(rows) if rows.size else None
+        if host is None:
+            shape = (0, meta.n_freq, meta.n_time)
+            host = HostRows(np.zeros(shape, cplx), np.ones(shape, bool), np.ones(0))
+        out[d] = _checked(host, int(rows[0]) if rows.size else meta.n_bl)
+    return out
+
+
+def _block_stats(blocks: dict[int, HostRows]) -> DataStats:
+    """The statistics of this process's blocks together."""
+    stats = None
+    for host in blocks.values():
+        part = DataStats.from_rows(host.vis, host.flags, host.noise)
+        stats = part if stats is None else stats.merge(part)
+    return stats
+
+
+def _placed_data(blocks, stats: DataStats, mesh, block_size: int, real) -> joint.Data:
+    """The data on ``P("bl")``, padded rows flagged with vis 0 and noise 1."""
+    cplx = np.result_type(real, np.complex64)
 
     def place(field, fill, dtype):
-        return _place_blocks(blocks, field, fill, mesh, B, dtype)
+        return _place_blocks(blocks, field, fill, mesh, block_size, dtype)
 
     vis = place("vis", 0, cplx)
     flags = place("flags", True, bool)
-    data = joint.Data(
+    return joint.Data(
         vis=jax.jit(lambda v, f: jnp.where(f, 0, v))(vis, flags),
         flags=flags,
         noise=place("noise", 1, real),
         n_points=baseline_axis.replicate(jnp.asarray(stats.n_points, jnp.int32), mesh),
     )
 
+
+def _placed_sky(config, frame, layout, rfi_params, constants, data, stats, *, init, seed):
+    """The sky's constants and initial parameters on ``P("bl")``, and the prior's scale.
+
+    The sky mean of each row comes from its data less the initial RFI prediction, and the
+    prior's scale from the means' rms: on the devices, each from its own rows; only the
+    scale's sum crosses them.
+    """
+    spec, mesh = layout.spec, layout.spec.mesh
+    real = np.dtype(joint.PRECISIONS[config.precision])
+    cplx = np.result_type(real, np.complex64)
+    n_bl, n_rows = spec.model.n_bl, spec.n_rows
     sky_host = sky.make_constants(
         config.sky, frame.grid, frame.fringe_rate_hz, scale=1.0, dtype=real
     )
@@ -290,11 +347,7 @@ def build(
         weight_time=baseline_axis.place_rows(sky_host.weight_time, "copy", layout),
         mean=jax.jit(lambda: jnp.zeros(n_rows, cplx), out_shardings=rows_spec)(),
     )
-    constants = baseline_axis.place_constants(frame.constants, layout)
-    rfi_params = baseline_axis.replicate(frame.rfi, mesh)
 
-    # The sky mean of each row from its data less the initial RFI prediction, and the sky
-    # prior's scale: on the devices, each from its own rows; only the scale's sum crosses.
     @jax.jit
     def sky_start(rfi_params, constants, vis, flags):
         rfi = baseline_axis.predict_rfi(rfi_params, constants, spec)
@@ -309,14 +362,8 @@ def build(
         mean=sky_mean.astype(cplx) if init == "data" else sky_c.mean,
     )
     z_shape = (n_bl, 2, sky_host.weight_freq.shape[0], sky_host.weight_time.shape[1])
-    sky_params = sky.SkyParams(_sky_start_params(z_shape, real, init, seed, n_rows, order, mesh))
-    params = joint.ModelParams(sky_params, rfi_params, baseline_axis.replicate(frame.gains, mesh))
-    info = baseline_axis.layout_info(
-        dict(frame.info, sky_sigma=sky_sigma, read_by_block=True), layout
-    )
-    return baseline_axis.ShardedModel(
-        spec, constants._replace(sky=sky_c), data, params, layout.plan, info
-    )
+    z = _sky_start_params(z_shape, real, init, seed, n_rows, layout.order, mesh)
+    return sky_c, sky.SkyParams(z), sky_sigma
 
 
 def _sky_start_params(shape, real, init, seed, n_rows, order, mesh) -> jax.Array:
@@ -332,4 +379,4 @@ def _sky_start_params(shape, real, init, seed, n_rows, order, mesh) -> jax.Array
         z = _whitened.draw(key, shape, real)[jnp.asarray(order)]
         return jnp.concatenate([z, jnp.zeros((n_rows - shape[0], *shape[1:]), real)])
 
-    return jax.jit(draw, out_shardings=out)(jax.random.key(seed + 1))
+    return jax.jit(draw, out_shardings=out)(joint.prior_keys(seed).sky)

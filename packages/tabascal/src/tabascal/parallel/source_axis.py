@@ -15,13 +15,14 @@ why the baseline axis is the route that divides memory.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tabascal.model import gains, joint, likelihood, rfi_signal, rfi_vis, sky
+from tabascal.model import gains, joint, rfi_signal, rfi_vis, sky
 from tabascal.parallel import baseline_axis
 
 AXIS = "src"
@@ -122,14 +123,8 @@ def predict(params: joint.ModelParams, constants, spec: SourceShardedSpec) -> jo
     return joint.Prediction(v_sky, v_rfi, g, model)
 
 
-def loss(params: joint.ModelParams, inputs, spec: SourceShardedSpec):
-    """Source-sharded ``joint.loss``: (loss, {"chi2": reduced chi-squared})."""
-    constants, data = inputs
-    model = predict(params, constants, spec).model
-    nll = likelihood.neg_log_likelihood(model, data.vis, data.flags, data.noise)
-    priors = (sky.prior(params.sky), rfi_signal.prior(params.rfi), gains.prior(params.gains))
-    value = likelihood.loss(nll, priors, data.n_points)
-    return value, {"chi2": nll / data.n_points.astype(nll.dtype)}
+#: Source-sharded ``joint.loss``: (loss, {"chi2": reduced chi-squared}).
+loss = partial(joint.loss, predict=predict)
 
 
 def unpad_params(params: joint.ModelParams, spec: SourceShardedSpec) -> joint.ModelParams:

@@ -8,12 +8,10 @@ sharding route from a model whose per-row arrays may be ``jax.ShapeDtypeStruct``
 (``joint.abstract_model``), so the memory of a problem too large for the machine at hand can
 be read before any data is read or simulated.
 
-Routes (``ROUTES``): "none" (one device, the plain functions), "source" (``source_axis``),
-"baseline" (``baseline_axis``) and "reuse" (``baseline_axis`` with the antenna-reuse plan).
-``place_abstract`` runs a route's own placement on a stand-in model whose abstract arrays have
-every axis after the first of length 0, so the route's padding, permutation and shardings are
-its own, and returns the placed model with those arrays abstract again, each carrying the
-sharding the route gave it.
+The routes are ``tabascal.parallel.routes.ROUTES``. ``place_abstract`` runs a route's own
+placement on a stand-in model whose abstract arrays have every axis after the first of length
+0, so the route's padding, permutation and shardings are its own, and returns the placed model
+with those arrays abstract again, each carrying the sharding the route gave it.
 
 Per-device peak estimate: the bytes resident on the device while a stage runs (the placed
 model; from the diagnostics on, the optimiser state too; during the export, the prediction)
@@ -25,13 +23,10 @@ programs are the same on every device, so only the resident bytes differ between
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import jax
 import numpy as np
@@ -40,58 +35,10 @@ from jax.sharding import PartitionSpec as P
 
 from tabascal.fitting import optimiser
 from tabascal.model import joint, likelihood, sky
-from tabascal.parallel import baseline_axis, source_axis
+from tabascal.parallel import blockwise, routes
 from tabascal.planning import memory
 
 logger = logging.getLogger(__name__)
-
-AXES = ("none", "source", "baseline", "reuse")
-
-
-@dataclass(frozen=True)
-class Route:
-    """How one sharding axis places a model and evaluates it.
-
-    place(model, mesh) -> placed model (with ``spec``, ``constants``, ``data``, ``params``);
-    loss, predict, predict_rfi: the route's functions, taking the placed spec as ``spec``.
-    """
-
-    place: Callable[..., Any]
-    loss: Callable[..., Any]
-    predict: Callable[..., Any]
-    predict_rfi: Callable[..., Any]
-    make_mesh: Callable[[int], Any]
-
-
-def _place_single(model: joint.Model, mesh) -> joint.Model:
-    return model
-
-
-def reuse_available() -> bool:
-    """Whether ``baseline_axis.shard_model`` takes the antenna-reuse plan (``reuse=True``)."""
-    return "reuse" in inspect.signature(baseline_axis.shard_model).parameters
-
-
-def route(axis: str) -> Route:
-    """The ``Route`` of a sharding axis (one of ``AXES``)."""
-    if axis == "none":
-        return Route(_place_single, joint.loss, joint.predict, joint.predict_rfi, lambda n: None)
-    if axis == "source":
-        s = source_axis
-        return Route(s.shard_model, s.loss, s.predict, s.predict_rfi, s.make_mesh)
-    if axis == "reuse" and not reuse_available():
-        raise ValueError(
-            "axis 'reuse': this tabascal's baseline_axis.shard_model takes no reuse keyword yet"
-        )
-    if axis in ("baseline", "reuse"):
-        place = (
-            partial(baseline_axis.shard_model, reuse=True)
-            if axis == "reuse"
-            else baseline_axis.shard_model
-        )
-        s = baseline_axis
-        return Route(place, s.loss, s.predict, s.predict_rfi, s.make_mesh)
-    raise ValueError(f"axis {axis!r} is not known; choose one of {', '.join(AXES)}")
 
 
 def _stand_in(leaf):
@@ -108,7 +55,7 @@ def _is_abstract(leaf) -> bool:
 
 
 def place_abstract(model: joint.Model, axis: str, mesh):
-    """``route(axis).place(model, mesh)`` for a model with abstract per-row arrays.
+    """``routes.route(axis).place(model, mesh)`` for a model with abstract per-row arrays.
 
     Returns the placed model whose abstract arrays are ``jax.ShapeDtypeStruct``s with the
     route's padded leading axis, the model's trailing axes, and the route's sharding; its real
@@ -121,16 +68,19 @@ def place_abstract(model: joint.Model, axis: str, mesh):
     if axis == "none":
         device = SingleDeviceSharding(jax.devices()[0])
         placed_parts = jax.tree.map(
-            lambda x: x if _is_abstract(x) else jax.device_put(x, device), parts,
+            lambda x: x if _is_abstract(x) else jax.device_put(x, device),
+            parts,
             is_leaf=_is_abstract,
-        )  # fmt: skip
+        )
         placed_parts = jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device)
-            if _is_abstract(x) else x,
-            placed_parts, is_leaf=_is_abstract,
-        )  # fmt: skip
+            lambda x: (
+                jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device) if _is_abstract(x) else x
+            ),
+            placed_parts,
+            is_leaf=_is_abstract,
+        )
         return joint.Model(model.spec, *placed_parts, model.info)
-    placed = route(axis).place(standing, mesh)
+    placed = routes.route(axis).place(standing, mesh)
     abstract_paths = {
         path: leaf
         for path, leaf in jax.tree_util.tree_leaves_with_path(parts, is_leaf=_is_abstract)
@@ -223,7 +173,7 @@ def compile_stages(
 ) -> list[StageReport]:
     """Compile every stage of a fit of ``placed`` (from ``place_abstract``, or a real placed
     model) on ``axis`` and report each stage's memory (see the module docstring)."""
-    r = route(axis)
+    r = routes.route(axis)
     spec = placed.spec
     constants, data, params = _abstract((placed.constants, placed.data, placed.params))
     resident = bytes_per_device((constants, data, params), devices)
@@ -271,3 +221,26 @@ def compile_stages(
     prediction = _output_tree(predicted, jax.eval_shape(predict_fn, params, constants), mesh)
     stage("export", jax.jit(export), (prediction, data), extra=(opt_state, prediction))
     return reports
+
+
+def plan_stages(source, model_config, fit_config, route, *, init: str = "data", seed: int = 0):
+    """The placed abstract model of ``source`` on ``route`` over every device, and the report
+    of each stage (``compile_stages``), with no visibility held beyond one read's rows.
+
+    source: a ``blockwise.RowSource``; its statistics are read a chunk of rows at a time
+    (``blockwise.data_stats``) because they size the RFI operators' fine sampling, and hence
+    the shapes. init: the fit's; the shapes do not depend on it, so the inits that need the
+    data or the truth are planned as "data".
+    """
+    stats = blockwise.data_stats(source)
+    meta = source.meta
+    abstract = joint.abstract_model(
+        meta,
+        model_config,
+        snr=stats.snr,
+        rfi_level=model_config.rfi_sigma or stats.rfi_level(meta.n_sat),
+        init="prior" if init == "prior" else "data",
+        seed=seed,
+    )
+    placed = place_abstract(abstract, route.name, route.make_mesh())
+    return placed, compile_stages(placed, route.name, fit_config, routes.devices(placed.spec))
