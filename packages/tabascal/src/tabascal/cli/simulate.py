@@ -33,14 +33,16 @@ def _simulate(args: argparse.Namespace) -> int:
             raise ConfigError("an output store is required: -o OUTPUT.zarr")
         if args.dry_run:
             scene = build_scene(config)
-            layout = plan(
+            sim_plan = plan(
                 scene, config["simulation"]["memory_mb"], config["simulation"]["chunk_rows"]
             )
-            for line in _plan_lines(layout):
+            for line in _plan_lines(sim_plan):
                 print(line)
             return 0
         start = time.perf_counter()
-        _, layout = simulate(config, args.output, overwrite=args.overwrite, progress=not args.quiet)
+        _, sim_plan = simulate(
+            config, args.output, overwrite=args.overwrite, progress=not args.quiet
+        )
     except FileExistsError:
         print(
             f"tabascal simulate: error: {args.output} already exists; add --overwrite to "
@@ -52,22 +54,23 @@ def _simulate(args: argparse.Namespace) -> int:
         print(f"tabascal simulate: error: {err}", file=sys.stderr)
         return 2
     print(f"wrote {args.output} in {time.perf_counter() - start:.1f} s")
-    for line in _plan_lines(layout):
+    for line in _plan_lines(sim_plan):
         print(line)
     if not str(args.output).lower().endswith(".ms"):
         print(f"see: tabascal inspect {args.output}")
     return 0
 
 
-def _plan_lines(layout) -> list[str]:
+def _plan_lines(sim_plan) -> list[str]:
     return [
-        f"  {layout.n_ant} stations, {layout.n_bl} baselines, {layout.n_freq} channels, "
-        f"{layout.n_time} integrations, {layout.n_sat} satellites, {layout.n_src} sources",
-        f"  fine samples per cell: RFI {layout.rfi.n_time} x {layout.rfi.n_freq}, "
-        f"sky {layout.sky.n_time} x {layout.sky.n_freq} (time x frequency)",
-        f"  store {layout.store_bytes / 1e9:.3g} GB in chunks of {layout.chunk_rows} baselines; "
-        f"scratch {'on disk' if layout.scratch_on_disk else 'in memory'}, "
-        f"{layout.cells_per_block} integrations per block; Gram work {layout.gram_flops:.3g} flop",
+        f"  {sim_plan.n_ant} stations, {sim_plan.n_bl} baselines, {sim_plan.n_freq} channels, "
+        f"{sim_plan.n_time} integrations, {sim_plan.n_sat} satellites, {sim_plan.n_src} sources",
+        f"  fine samples per cell: RFI {sim_plan.rfi.n_time} x {sim_plan.rfi.n_freq}, "
+        f"sky {sim_plan.sky.n_time} x {sim_plan.sky.n_freq} (time x frequency)",
+        f"  store {sim_plan.store_bytes / 1e9:.3g} GB in chunks of {sim_plan.chunk_rows} "
+        f"baselines; scratch {'on disk' if sim_plan.scratch_on_disk else 'in memory'}, "
+        f"{sim_plan.cells_per_block} integrations per block; "
+        f"Gram work {sim_plan.gram_flops:.3g} flop",
     ]
 
 

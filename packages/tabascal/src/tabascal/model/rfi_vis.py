@@ -53,7 +53,7 @@ class RfiVisConfig:
     max_groups: most groups (compiled operator calls); the smallest are merged upwards.
     memory_budget_mb: fine-grid working memory of each operator call (MiB), which sets how many
       cells (and baselines) the operators evaluate at once. On the baseline axis each device
-      takes its share, this divided by the number of devices (``baseline_axis.plan_layout``).
+      takes its share, this divided by the number of devices (``baseline_axis.plan_rows``).
     """
 
     # Measured (benchmarks/leo_step.py, Gauss samples): below ~30 time samples a quadrature

@@ -181,7 +181,7 @@ def _compact_antennas(plan: tabascal_partition.ShardPlan) -> tuple[tuple[int, ..
     return tuple(tuple(int(i) for i in row) for row in ids)
 
 
-class Layout(NamedTuple):
+class RowPlacement(NamedTuple):
     """Where every baseline row goes: the shard plan, the reuse plan (None without one) and
     ``order``, the data row behind each sharded row (None: the data's own order)."""
 
@@ -195,10 +195,10 @@ class Layout(NamedTuple):
         return self.spec.n_rows
 
 
-def plan_layout(
+def plan_rows(
     model_spec: joint.ModelSpec, constants: joint.ModelConstants, mesh: Mesh, *, reuse: bool
-) -> Layout:
-    """The layout of a model's rows over ``mesh`` from its a1, a2 and RFI groups (host)."""
+) -> RowPlacement:
+    """The placement of a model's rows over ``mesh`` from its a1, a2 and RFI groups (host)."""
     n_dev = mesh.size
     a1, a2 = np.asarray(constants.a1), np.asarray(constants.a2)
     labels = _group_labels(constants.groups, model_spec.n_bl)
@@ -218,36 +218,38 @@ def plan_layout(
         model_spec, mesh, plan.block_size, plan.n_ghost, antenna_ids=antenna_ids, reuse=reuse_plan
     )
     order = None if reuse_plan is None else np.asarray(reuse_plan.order)
-    return Layout(spec, plan, reuse_plan, order)
+    return RowPlacement(spec, plan, reuse_plan, order)
 
 
-def place_rows(array, fill, layout: Layout) -> jax.Array:
-    """A host array (n_bl, ...) in the data's order on ``P("bl")`` in the layout's rows; each
+def place_rows(array, fill, placement: RowPlacement) -> jax.Array:
+    """A host array (n_bl, ...) in the data's order on ``P("bl")`` in the placement's rows; each
     device's block is built from its own rows (``fill`` for padding: a value or "copy")."""
-    return _place_rows(array, fill, layout.spec.mesh, layout.n_rows, layout.order)
+    return _place_rows(array, fill, placement.spec.mesh, placement.n_rows, placement.order)
 
 
-def place_constants(constants: joint.ModelConstants, layout: Layout) -> joint.ModelConstants:
+def place_constants(
+    constants: joint.ModelConstants, placement: RowPlacement
+) -> joint.ModelConstants:
     """Everything of ``constants`` but the sky (left None): a1, a2 and the RFI groups' indices
     and positions on ``P("bl")``, the rest replicated."""
-    mesh = layout.spec.mesh
+    mesh = placement.spec.mesh
     placed = replicate(constants._replace(sky=None, groups=None, a1=None, a2=None), mesh)
     return placed._replace(
-        groups=_sharded_groups(constants.groups, layout.plan, mesh),
-        a1=place_rows(constants.a1, 0, layout),
-        a2=place_rows(constants.a2, 0, layout),
+        groups=_sharded_groups(constants.groups, placement.plan, mesh),
+        a1=place_rows(constants.a1, 0, placement),
+        a2=place_rows(constants.a2, 0, placement),
     )
 
 
-def layout_info(info: dict, layout: Layout) -> dict:
-    """The model's ``info`` with the layout's figures added."""
+def placement_info(info: dict, placement: RowPlacement) -> dict:
+    """The model's ``info`` with the placement's figures added."""
     info = dict(
         info,
-        n_devices=layout.spec.n_dev,
-        block_size=layout.plan.block_size,
-        n_ghost=layout.plan.n_ghost,
+        n_devices=placement.spec.n_dev,
+        block_size=placement.plan.block_size,
+        n_ghost=placement.plan.n_ghost,
     )
-    reuse_plan = layout.reuse_plan
+    reuse_plan = placement.reuse_plan
     if reuse_plan is not None:
         info["reuse_plan"] = {
             "design": reuse_plan.design,
@@ -263,16 +265,16 @@ def shard_model(model: joint.Model, mesh: Mesh, *, reuse: bool = False) -> Shard
 
     reuse: permute the baselines by the antenna-reuse plan first (see the module docstring).
     """
-    layout = plan_layout(model.spec, model.constants, mesh, reuse=reuse)
+    placement = plan_rows(model.spec, model.constants, mesh, reuse=reuse)
 
     def rows(array, fill):
-        return place_rows(array, fill, layout)
+        return place_rows(array, fill, placement)
 
     sky_c = model.constants.sky
     sky_c = replicate(sky_c._replace(**dict.fromkeys(sky.BASELINE_FIELDS)), mesh)._replace(
         **{name: rows(getattr(model.constants.sky, name), "copy") for name in sky.BASELINE_FIELDS}
     )
-    constants = place_constants(model.constants, layout)._replace(sky=sky_c)
+    constants = place_constants(model.constants, placement)._replace(sky=sky_c)
     data = joint.Data(
         vis=rows(model.data.vis, 0),
         flags=rows(model.data.flags, True),
@@ -282,8 +284,8 @@ def shard_model(model: joint.Model, mesh: Mesh, *, reuse: bool = False) -> Shard
     params = replicate(model.params._replace(sky=None), mesh)._replace(
         sky=sky.SkyParams(rows(model.params.sky.z, 0))
     )
-    info = layout_info(model.info, layout)
-    return ShardedModel(layout.spec, constants, data, params, layout.plan, info)
+    info = placement_info(model.info, placement)
+    return ShardedModel(placement.spec, constants, data, params, placement.plan, info)
 
 
 def _keep_rows(x: jax.Array, spec: ShardedSpec) -> jax.Array:
@@ -399,7 +401,7 @@ def unpad(prediction: joint.Prediction, spec: ShardedSpec) -> joint.Prediction:
 
 
 def unpad_params(params: joint.ModelParams, spec: ShardedSpec) -> joint.ModelParams:
-    """Parameters on the host in joint.Model's layout: the sky's padded rows dropped, rows in
+    """Parameters on the host in joint.Model's placement: the sky's padded rows dropped, rows in
     the data's order."""
     host = jax.tree.map(np.asarray, params)
     return host._replace(sky=sky.SkyParams(data_order(host.sky.z, spec)))

@@ -259,26 +259,26 @@ def build(
         raise ValueError("every visibility is flagged: there is nothing to fit")
     level = config.rfi_sigma or stats.rfi_level(meta.n_sat)
     frame = joint.model_frame(meta, config, stats.snr, level, init, seed)
-    layout = baseline_axis.plan_layout(frame.spec, frame.constants, mesh, reuse=reuse)
-    if layout.order is not None:
+    placement = baseline_axis.plan_rows(frame.spec, frame.constants, mesh, reuse=reuse)
+    if placement.order is not None:
         with processes.stage("reading this process's rows in the antenna-reuse order"):
-            blocks = _read_blocks(source, mesh, layout.order, real)
-    data = _placed_data(blocks, stats, mesh, layout.spec.block_size, real)
-    constants = baseline_axis.place_constants(frame.constants, layout)
+            blocks = _read_blocks(source, mesh, placement.order, real)
+    data = _placed_data(blocks, stats, mesh, placement.spec.block_size, real)
+    constants = baseline_axis.place_constants(frame.constants, placement)
     rfi_params = baseline_axis.replicate(frame.rfi, mesh)
     sky_c, sky_params, sky_sigma = _placed_sky(
-        config, frame, layout, rfi_params, constants, data, stats, init=init, seed=seed
+        config, frame, placement, rfi_params, constants, data, stats, init=init, seed=seed
     )
     params = joint.ModelParams(sky_params, rfi_params, baseline_axis.replicate(frame.gains, mesh))
-    info = baseline_axis.layout_info(
-        dict(frame.info, sky_sigma=sky_sigma, read_by_block=True), layout
+    info = baseline_axis.placement_info(
+        dict(frame.info, sky_sigma=sky_sigma, read_by_block=True), placement
     )
     return baseline_axis.ShardedModel(
-        spec=layout.spec,
+        spec=placement.spec,
         constants=constants._replace(sky=sky_c),
         data=data,
         params=params,
-        plan=layout.plan,
+        plan=placement.plan,
         info=info,
     )
 
@@ -327,14 +327,14 @@ def _placed_data(blocks, stats: DataStats, mesh, block_size: int, real) -> joint
     )
 
 
-def _placed_sky(config, frame, layout, rfi_params, constants, data, stats, *, init, seed):
+def _placed_sky(config, frame, placement, rfi_params, constants, data, stats, *, init, seed):
     """The sky's constants and initial parameters on ``P("bl")``, and the prior's scale.
 
     The sky mean of each row comes from its data less the initial RFI prediction, and the
     prior's scale from the means' rms: on the devices, each from its own rows; only the
     scale's sum crosses them.
     """
-    spec, mesh = layout.spec, layout.spec.mesh
+    spec, mesh = placement.spec, placement.spec.mesh
     real = np.dtype(joint.PRECISIONS[config.precision])
     cplx = np.result_type(real, np.complex64)
     n_bl, n_rows = spec.model.n_bl, spec.n_rows
@@ -344,7 +344,7 @@ def _placed_sky(config, frame, layout, rfi_params, constants, data, stats, *, in
     rows_spec = NamedSharding(mesh, P(baseline_axis.AXIS))
     sky_c = baseline_axis.replicate(sky_host._replace(**dict.fromkeys(sky.BASELINE_FIELDS)), mesh)
     sky_c = sky_c._replace(
-        weight_time=baseline_axis.place_rows(sky_host.weight_time, "copy", layout),
+        weight_time=baseline_axis.place_rows(sky_host.weight_time, "copy", placement),
         mean=jax.jit(lambda: jnp.zeros(n_rows, cplx), out_shardings=rows_spec)(),
     )
 
@@ -362,7 +362,7 @@ def _placed_sky(config, frame, layout, rfi_params, constants, data, stats, *, in
         mean=sky_mean.astype(cplx) if init == "data" else sky_c.mean,
     )
     z_shape = (n_bl, 2, sky_host.weight_freq.shape[0], sky_host.weight_time.shape[1])
-    z = _sky_start_params(z_shape, real, init, seed, n_rows, layout.order, mesh)
+    z = _sky_start_params(z_shape, real, init, seed, n_rows, placement.order, mesh)
     return sky_c, sky.SkyParams(z), sky_sigma
 
 

@@ -124,18 +124,18 @@ def rfi_amplitudes(scene: Scene, table) -> np.ndarray:
     return out
 
 
-def _pass_one(scene: Scene, layout: SimulationPlan, scratch: dict, table, progress: bool):
+def _pass_one(scene: Scene, sim_plan: SimulationPlan, scratch: dict, table, progress: bool):
     m = scene.meta
     kinds = {
-        "rfi": (layout.rfi, _rfi_inputs, scene.rfi.spectral_index, scene.rfi.ref_freq_hz),
-        "sky": (layout.sky, _sky_inputs, scene.sky.spectral_index, scene.sky.ref_freq_hz),
+        "rfi": (sim_plan.rfi, _rfi_inputs, scene.rfi.spectral_index, scene.rfi.ref_freq_hz),
+        "sky": (sim_plan.sky, _sky_inputs, scene.sky.spectral_index, scene.sky.ref_freq_hz),
     }
     nodes = {
         name: (gauss_legendre(s.n_time), gauss_legendre(s.n_freq))
         for name, (s, *_) in kinds.items()
     }
     with tqdm(total=m.n_time, desc="sky and RFI", unit="integration", disable=not progress) as bar:
-        for cells in row_blocks(m.n_time, layout.cells_per_block):
+        for cells in row_blocks(m.n_time, sim_plan.cells_per_block):
             for name, (_, inputs, index, ref_hz) in kinds.items():
                 (t_nodes, t_w), (f_nodes, f_w) = nodes[name]
                 if index.size == 0:
@@ -161,11 +161,11 @@ def _pass_one(scene: Scene, layout: SimulationPlan, scratch: dict, table, progre
             bar.update(cells.stop - cells.start)
 
 
-def _pass_two(scene: Scene, layout: SimulationPlan, scratch: dict, writer, progress: bool):
+def _pass_two(scene: Scene, sim_plan: SimulationPlan, scratch: dict, writer, progress: bool):
     m, g = scene.meta, scene.gains
     per_baseline = np.ndim(scene.noise) == 1
     with tqdm(total=m.n_bl, desc="writing", unit="baseline", disable=not progress) as bar:
-        for k, rows in enumerate(row_blocks(m.n_bl, layout.chunk_rows)):
+        for k, rows in enumerate(row_blocks(m.n_bl, sim_plan.chunk_rows)):
             sky, rfi = scratch["sky"][rows], scratch["rfi"][rows]
             a1, a2 = m.a1[rows], m.a2[rows]
             sigma = scene.noise[rows] if per_baseline else scene.noise
@@ -186,12 +186,12 @@ def _pass_two(scene: Scene, layout: SimulationPlan, scratch: dict, writer, progr
             bar.update(rows.stop - rows.start)
 
 
-def _scratch(layout: SimulationPlan, m, where: Path):
+def _scratch(sim_plan: SimulationPlan, m, where: Path):
     shape = (m.n_bl, m.n_freq, m.n_time)
-    if not layout.scratch_on_disk:
+    if not sim_plan.scratch_on_disk:
         return {name: np.zeros(shape, np.complex64) for name in ("sky", "rfi")}
     group = zarr.open_group(where, mode="w-")
-    chunks = (layout.chunk_rows, m.n_freq, layout.cells_per_block)
+    chunks = (sim_plan.chunk_rows, m.n_freq, sim_plan.cells_per_block)
     return {
         n: group.create_array(n, shape=shape, chunks=chunks, dtype=np.complex64)
         for n in ("sky", "rfi")
@@ -222,22 +222,22 @@ def simulate(config: dict, output, *, overwrite: bool = False, progress: bool = 
         _require_ms_extra()
     scene = build_scene(config)
     sim = config["simulation"]
-    layout = plan(scene, sim["memory_mb"], sim["chunk_rows"])
+    sim_plan = plan(scene, sim["memory_mb"], sim["chunk_rows"])
     m = scene.meta
     log.info(
         "simulating %d baselines x %d channels x %d integrations, fine sampling: RFI %s, sky %s",
         m.n_bl,
         m.n_freq,
         m.n_time,
-        layout.rfi,
-        layout.sky,
+        sim_plan.rfi,
+        sim_plan.sky,
     )
     table = voltage_table(beam_x(m.dish_diameter_m, m.freqs_hz.max() + m.chan_width, 1.0))
     output.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{output.name}.scratch-", dir=output.parent))
     try:
-        scratch = _scratch(layout, m, work / "scratch.zarr")
-        _pass_one(scene, layout, scratch, table, progress)
+        scratch = _scratch(sim_plan, m, work / "scratch.zarr")
+        _pass_one(scene, sim_plan, scratch, table, progress)
         store = work / "store.zarr" if as_ms else output
         with ObservationWriter(
             store,
@@ -245,9 +245,9 @@ def simulate(config: dict, output, *, overwrite: bool = False, progress: bool = 
             noise=None if np.ndim(scene.noise) else scene.noise,
             truth=True,
             overwrite=overwrite,
-            chunk_rows=layout.chunk_rows,
+            chunk_rows=sim_plan.chunk_rows,
         ) as writer:
-            _pass_two(scene, layout, scratch, writer, progress)
+            _pass_two(scene, sim_plan, scratch, writer, progress)
             writer.write_truth(
                 gains=scene.gains,
                 rfi_amp=rfi_amplitudes(scene, table),
@@ -262,4 +262,4 @@ def simulate(config: dict, output, *, overwrite: bool = False, progress: bool = 
             write_measurement_set(store, output, overwrite=overwrite)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return scene, layout
+    return scene, sim_plan
