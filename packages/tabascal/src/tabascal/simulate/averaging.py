@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tabascal.observation import geometry as geo
-from tabascal.simulate.beam import beam_x, interpolate_voltage
+from tabascal.observation.beam import beam_x, interpolate_voltage
 
 
 def node_count(half_range_rad: float) -> int:

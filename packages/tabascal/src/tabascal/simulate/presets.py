@@ -259,7 +259,7 @@ def expected_snr(scene) -> float:
     """
     import numpy as np
 
-    from tabascal.simulate.beam import beam_x, voltage_table
+    from tabascal.observation.beam import beam_x, voltage_table
     from tabascal.simulate.simulation import rfi_amplitudes
 
     m = scene.meta

@@ -13,8 +13,8 @@ import numpy as np
 
 from tabascal import __version__
 from tabascal.observation import geometry as geo
+from tabascal.observation.beam import first_null_rad
 from tabascal.observation.stations import ArrayReference, read_layout, ska_low_like_itrf
-from tabascal.simulate.beam import first_null_rad
 from tabascal.simulate.satellites import RfiEmission, SimulationError, place_satellites
 from tabascal.store import ObservationMeta
 

@@ -20,6 +20,7 @@ import zarr
 from tqdm import tqdm
 
 from tabascal.observation import geometry as geo
+from tabascal.observation.beam import beam_x, interpolate_voltage, voltage_table
 from tabascal.simulate.averaging import (
     FineSampling,
     cells_vis,
@@ -29,7 +30,6 @@ from tabascal.simulate.averaging import (
     sky_offsets,
     sky_sampling,
 )
-from tabascal.simulate.beam import beam_x, interpolate_voltage, voltage_table
 from tabascal.simulate.satellites import SimulationError
 from tabascal.simulate.scene import JY, STREAM_FLAGS, Scene, build_scene
 from tabascal.store import ObservationWriter, default_chunk_rows, row_blocks
