@@ -269,3 +269,52 @@ def test_geometric_time_scale_is_the_sidelobe_crossing_time_over_two_pi(obs):
     np.testing.assert_allclose(times, expected, rtol=1e-6)  # measured 1e-9 (the differences)
     # measured 48.6, 48.8 s for the GPS orbits (0.0099 deg/s) and 3.6 s for the low LEO
     assert times[2] < 0.1 * times[0] and times[0] < 100.0
+
+
+def test_shared_signal_factor_is_the_truths_amplitude_up_to_one_signal_per_satellite(obs):
+    """The simulator's RFI amplitude on antenna a is the emission times the beam's voltage
+    towards the satellite over its range; the model's factor must carry all of the antenna
+    dependence, so truth / factor is the same on every antenna."""
+    config = run_config.model_config(run_config.load({"rfi": {"signal": "shared"}}))
+    in_view = joint.satellites_in_view(obs, config)
+    factor = joint.rfi_antenna_factor(obs, in_view)
+    truth = np.asarray(obs.truth.rfi_amp, np.float64)
+    live = np.abs(factor) > 1e-3 * np.abs(factor).max()
+    ratio = np.where(live, truth / np.where(live, factor, 1.0), np.nan)
+    spread = np.nanmax(np.nanstd(ratio, axis=0) / np.nanmean(np.abs(ratio), axis=0))
+    # Measured 4.3e-8 (the truth is stored in float32).
+    assert spread < 4e-6, spread
+    # Normalised to rms 1 per satellite where it is in view.
+    rms = np.sqrt(np.mean(factor**2, axis=(0, 2, 3)) / np.mean(in_view, axis=1))
+    np.testing.assert_allclose(rms, 1.0, rtol=1e-12)
+
+
+def test_shared_signal_is_one_signal_per_satellite_times_the_factor(obs):
+    config = run_config.model_config(run_config.load({"rfi": {"signal": "shared"}}))
+    model = joint.build(obs, config, init="prior", seed=3)
+    c = model.constants.rfi_signal
+    assert model.params.rfi.z.shape[0] == 1 and c.factor.shape == (
+        obs.n_ant,
+        obs.n_sat,
+        obs.n_freq,
+        obs.n_time,
+    )
+    signal = np.asarray(rfi_signal.forward(model.params.rfi, c))
+    # The same modes as a one-antenna per-antenna signal, times each antenna's factor.
+    alone = c._replace(factor=jnp.ones((1, obs.n_sat, 1, 1), c.factor.dtype))
+    one = np.asarray(rfi_signal.forward(model.params.rfi, alone))
+    np.testing.assert_allclose(signal, one * np.asarray(c.factor), rtol=1e-12, atol=0)
+    # Its time scale is corr_time_s: the swings across the beam are in the factor.
+    np.testing.assert_array_equal(joint.rfi_time_scales(obs, config), config.rfi_signal.corr_time_s)
+
+
+def test_shared_estimate_recovers_the_signal_that_made_per_antenna_estimates(obs):
+    config = run_config.model_config(run_config.load({"rfi": {"signal": "shared"}}))
+    c = joint.build(obs, config).constants.rfi_signal
+    rng = np.random.default_rng(1)
+    u = rng.uniform(1.0, 2.0, (1, obs.n_sat, obs.n_freq, obs.n_time))
+    phases = np.exp(2j * np.pi * rng.uniform(size=(obs.n_ant, obs.n_sat, 1, 1)))
+    estimate = np.asarray(c.factor) * u * phases  # any per-antenna phase: it cancels
+    in_view = np.asarray(c.mask, bool)[0, :, 0, :]
+    got = rfi_signal.shared_estimate(c, estimate)
+    np.testing.assert_allclose(got[0][:, :, in_view[0]], u[0][:, :, in_view[0]], rtol=1e-12)

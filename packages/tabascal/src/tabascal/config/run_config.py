@@ -37,7 +37,8 @@ _SKY = Section(
 _RFI = Section(
     "RFI: per (satellite, antenna) signal and the visibility operators.",
     {
-        **_options(rfi_signal.RfiSignalConfig, "corr_time_s", "time_scale", "bandwidth_hz"),
+        **_options(rfi_signal.RfiSignalConfig, "corr_time_s", "time_scale", "signal"),
+        **_options(rfi_signal.RfiSignalConfig, "bandwidth_hz"),
         "sigma": option_from(joint.ModelConfig, "rfi_sigma"),
         **_options(
             rfi_vis.RfiVisConfig,

@@ -30,7 +30,7 @@ import numpy as np
 from tabascal.config import option_field
 from tabascal.model import gains, likelihood, rfi_estimate, rfi_signal, rfi_vis, sky
 from tabascal.model.data_stats import DataStats, MeanPower
-from tabascal.observation import geometry
+from tabascal.observation import beam, geometry
 
 logger = logging.getLogger(__name__)
 
@@ -311,7 +311,10 @@ def rfi_time_scales(meta, config: ModelConfig) -> np.ndarray:
     so gets the integration time; a GPS satellite (about 0.01 deg/s) about 50 s.
     """
     ceiling = config.rfi_signal.corr_time_s
-    if config.rfi_signal.time_scale == "fixed" or meta.n_sat == 0:
+    # The shared signal's swings across the beam are in its known factor: what is left, the
+    # emission, keeps the long time.
+    fixed = config.rfi_signal.time_scale == "fixed" or config.rfi_signal.signal == "shared"
+    if fixed or meta.n_sat == 0:
         return np.full(meta.n_sat, ceiling)
     omega = geometry.satellite_angular_speed(
         meta.ant_itrf, meta.orbits, meta.times_s, meta.gast0_rad
@@ -320,6 +323,28 @@ def rfi_time_scales(meta, config: ModelConfig) -> np.ndarray:
     theta = geometry.C / (f_top * meta.dish_diameter_m)
     length = theta / (2 * np.pi * np.maximum(omega, 1e-30))
     return np.clip(length, min(meta.int_time, ceiling), ceiling)
+
+
+def rfi_antenna_factor(meta, in_view: np.ndarray) -> np.ndarray:
+    """The shared RFI signal's per-antenna factor, (n_ant, n_sat, n_freq, n_time) float64.
+
+    The satellite's field at antenna a is its emission times the station beam's voltage towards
+    it over its distance: b(pi D f sin(theta_a) / c) / r_a, with b the Airy voltage pattern of
+    a station of diameter D = ``dish_diameter_m`` tracking the phase centre
+    (``observation.beam``), theta_a the satellite's angle from the phase centre and r_a its
+    range, at the cell centres. Normalised per satellite to rms 1 over the antennas, channels
+    and the times it is in view (``in_view``, (n_sat, n_time) bool; 0 elsewhere), so that the
+    shared signal keeps the units and the prior scale of a per-antenna one.
+    """
+    range_m, sin_off = geometry.satellite_sightlines(
+        meta.ant_itrf, meta.orbits, meta.times_s, meta.gast0_rad, meta.ra_rad, meta.dec_rad
+    )
+    freqs = np.asarray(meta.freqs_hz, np.float64)
+    x = beam.beam_x(meta.dish_diameter_m, freqs[None, None, :, None], sin_off[:, :, None, :])
+    factor = beam.airy_voltage(x) / range_m[:, :, None, :]
+    factor = factor * np.asarray(in_view, bool)[None, :, None, :]
+    rms = np.sqrt(np.mean(factor**2, axis=(0, 2, 3)) / np.maximum(np.mean(in_view, axis=1), 1e-30))
+    return factor / np.where(rms > 0, rms, 1.0)[None, :, None, None]
 
 
 def _groups(meta, geom: Geometry, snr: float, config: ModelConfig, real):
@@ -386,6 +411,9 @@ def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None 
         mean=rfi_level if init in FROM_DATA_INITS else 0.0,
         corr_time_s=corr_time_s,
         in_view=in_view,
+        factor=(
+            rfi_antenna_factor(meta, in_view) if config.rfi_signal.signal == "shared" else None
+        ),
         dtype=real,
     )
     gains_c = gains.make_constants(config.gains, n_ant, n_freq, n_time, meta.int_time, dtype=real)

@@ -15,6 +15,20 @@ and truncation as in ``_fourier``, the padding uncapped: wrapped correlations st
 ``wrap_tolerance`` even for correlation times longer than the observation, for a few extra
 modes. The output is the ``amp`` input of the ri_kernels operators (complex, on the data grid);
 it is small (no baseline axis) and replicated on every device.
+
+Two signal models (``RfiSignalConfig.signal``):
+
+* ``per_antenna``: a free signal s[a, r] per (antenna, source), as above;
+* ``shared``: one signal u[r] per source, seen by each antenna through a known factor,
+
+      s[a, r, f, t] = factor[a, r, f, t] u[r, f, t],
+
+  factor = the station beam's voltage towards the satellite over its distance
+  (``joint.rfi_antenna_factor``), normalised per source. The satellite's emission is then the
+  only unknown, which leaves the antenna gains identifiable from the RFI (a free per-antenna
+  signal absorbs any gain). The modes z, the scale and the mean then have an antenna axis of
+  length 1, and u's correlation time is ``corr_time_s``: the fast swings across the beam's
+  sidelobes are in the factor.
 """
 
 from __future__ import annotations
@@ -30,6 +44,7 @@ from tabascal.config import option_field
 from tabascal.model import _fourier, _whitened
 
 TIME_SCALES = ("fixed", "geometric")
+SIGNALS = ("per_antenna", "shared")
 
 
 @dataclass(frozen=True)
@@ -60,6 +75,12 @@ class RfiSignalConfig:
         "corr_time_s",
         choices=TIME_SCALES,
     )
+    signal: str = option_field(
+        "per_antenna",
+        "per_antenna: a free signal per (antenna, satellite); shared: one signal per satellite, "
+        "seen by each antenna through the station beam towards it over its distance",
+        choices=SIGNALS,
+    )
     cutoff: float = 1.0e-3
     wrap_tolerance: float = 1.0e-3
 
@@ -69,6 +90,8 @@ class RfiSignalConfig:
                 raise ValueError(
                     f"RfiSignalConfig.{name} = {getattr(self, name)!r}; it must be > 0"
                 )
+        if self.signal not in SIGNALS:
+            raise ValueError(f"RfiSignalConfig.signal = {self.signal!r}; choose one of {SIGNALS}")
         if self.time_scale not in TIME_SCALES:
             raise ValueError(
                 f"RfiSignalConfig.time_scale = {self.time_scale!r}; choose one of {TIME_SCALES}"
@@ -81,7 +104,8 @@ class RfiSignalConfig:
 
 
 class RfiSignalParams(NamedTuple):
-    """Whitened modes z: (n_ant, n_src, 2, n_kf, n_kt) real, axis 2 = (real, imaginary)."""
+    """Whitened modes z: (n_ant, n_src, 2, n_kf, n_kt) real, axis 2 = (real, imaginary); the
+    antenna axis has length 1 for the shared signal."""
 
     z: jax.Array
 
@@ -91,9 +115,12 @@ class RfiSignalConstants(NamedTuple):
 
     dft_freq: (n_freq, n_kf) complex; dft_time: (n_time, n_kt) complex;
     weight_freq: (n_kf,) real; weight_time: (1, n_src, n_kt) real, each source's own;
-    scale: (n_ant, n_src) real; mean: (n_ant, n_src) complex; mask: (1, n_src, 1, n_time)
-    real, 1 where the source is in view and 0 where it is not (below the horizon or a minimum
-    elevation): there the signal is exactly zero and its parameters get no gradient.
+    scale: (n_ant, n_src) real; mean: (n_ant, n_src) complex (antenna axis of length 1 for
+    the shared signal); mask: (1, n_src, 1, n_time) real, 1 where the source is in view and 0
+    where it is not (below the horizon or a minimum elevation): there the signal is exactly
+    zero and its parameters get no gradient. factor: (n_ant, n_src, n_freq, n_time) real for
+    the shared signal, each antenna's known factor; (1, n_src, 1, 1) ones for the per-antenna
+    one.
     """
 
     dft_freq: jax.Array
@@ -103,6 +130,7 @@ class RfiSignalConstants(NamedTuple):
     scale: jax.Array
     mean: jax.Array
     mask: jax.Array
+    factor: jax.Array
 
 
 def make_constants(
@@ -118,6 +146,7 @@ def make_constants(
     mean=0.0,
     corr_time_s=None,
     in_view=None,
+    factor=None,
     dtype=np.float64,
 ) -> RfiSignalConstants:
     """Constants of ``forward`` (host, float64, then cast).
@@ -127,7 +156,9 @@ def make_constants(
     of data units, e.g. Jy^0.5). mean: complex, broadcastable to (n_ant, n_src).
     corr_time_s: correlation time (s) of each source, (n_src,) or a scalar;
     ``config.corr_time_s`` when None. in_view: (n_src, n_time) bool, where each source is in
-    view; everywhere when None.
+    view; everywhere when None. factor: (n_ant, n_src, n_freq, n_time) real, the shared
+    signal's per-antenna factor (required when ``config.signal`` is "shared", else unused);
+    scale and mean then broadcast to (1, n_src).
     dtype: real dtype, float32 or float64; complex arrays get the matching complex dtype.
     """
     if min(n_ant, n_freq, n_time) < 1 or n_src < 0 or not (chan_width > 0 and int_time > 0):
@@ -138,7 +169,18 @@ def make_constants(
         )
     real = np.dtype(dtype)
     cplx = np.result_type(real, np.complex64)
-    shape = (n_ant, n_src)
+    shared = config.signal == "shared"
+    if shared:
+        expected = (n_ant, n_src, n_freq, n_time)
+        if factor is None or np.shape(factor) != expected:
+            got = None if factor is None else np.shape(factor)
+            raise ValueError(
+                f"the shared RFI signal needs its per-antenna factor, shape {expected}; got {got}"
+            )
+        factor = np.asarray(factor, np.float64)
+    else:
+        factor = np.ones((1, n_src, 1, 1))
+    shape = (1 if shared else n_ant, n_src)
     scale = np.broadcast_to(scale, shape)
     if not np.all(np.isfinite(scale) & (scale > 0)):
         raise ValueError("RFI signal scale must be finite and > 0 for every (antenna, source)")
@@ -173,6 +215,24 @@ def make_constants(
             np.broadcast_to(True if in_view is None else in_view, (n_src, n_time))[None, :, None],
             real,
         ),
+        factor=jnp.asarray(factor, real),
+    )
+
+
+def is_shared(constants: RfiSignalConstants) -> bool:
+    """Whether ``constants`` are the shared signal's (static: read from the factor's shape,
+    which has an antenna axis only then)."""
+    return constants.factor.shape[0] > 1
+
+
+def take_antennas(params: RfiSignalParams, constants: RfiSignalConstants, take):
+    """``params`` and ``constants`` for the antennas ``take`` selects (a function applied to
+    every array with an antenna axis first: the modes, scale and mean of the per-antenna
+    signal, the factor of the shared one)."""
+    if is_shared(constants):
+        return params, constants._replace(factor=take(constants.factor))
+    return params._replace(z=take(params.z)), constants._replace(
+        scale=take(constants.scale), mean=take(constants.mean)
     )
 
 
@@ -196,7 +256,7 @@ def forward(params: RfiSignalParams, constants: RfiSignalConstants) -> jax.Array
     """RFI signal, (n_ant, n_src, n_freq, n_time) complex (formula in the module docstring)."""
     z = _fourier.complex_from_stacked(params.z)
     amp = _fourier.modes_to_grid(z, _amplitude(constants), constants.dft_freq, constants.dft_time)
-    return (amp + constants.mean[:, :, None, None]) * constants.mask
+    return (amp + constants.mean[:, :, None, None]) * constants.mask * constants.factor
 
 
 def prior(params: RfiSignalParams) -> jax.Array:
@@ -220,8 +280,11 @@ def init_from_estimate(
 
     amp: (n_ant, n_src, n_freq, n_time) complex estimate; noise: scalar or broadcastable to
     (n_ant, n_src), std of its real and imaginary parts (> 0); flags: same shape as amp, bool,
-    or None; n_iter: conjugate-gradient iterations (static).
+    or None; n_iter: conjugate-gradient iterations (static). For the shared signal the
+    estimate is first reduced to one per source (``shared_estimate``).
     """
+    if is_shared(constants):
+        amp, flags = shared_estimate(constants, amp, flags), None
     z = _fourier.fit_estimate(
         amp,
         flags,
@@ -233,3 +296,19 @@ def init_from_estimate(
         n_iter,
     )
     return RfiSignalParams(z)
+
+
+def shared_estimate(constants: RfiSignalConstants, amp, flags=None) -> np.ndarray:
+    """The shared signal u (1, n_src, n_freq, n_time) that best explains per-antenna estimates
+    ``amp`` (n_ant, n_src, n_freq, n_time) through the factor, in magnitude:
+    u = sum_a |factor_a| |amp_a| / sum_a factor_a^2 (least squares on |s_a| = |factor_a| |u|;
+    the product of two antennas' signals, all the data constrain, is real for a shared signal,
+    so the estimates' phases carry nothing). Cells where no antenna's factor is above zero, or
+    flagged, are 0 (NaN-free)."""
+    factor = np.abs(np.asarray(constants.factor, np.float64))
+    magnitude = np.abs(np.asarray(amp))
+    good = np.isfinite(magnitude) if flags is None else np.isfinite(magnitude) & ~np.asarray(flags)
+    weight = np.where(good, factor, 0.0)
+    num = np.sum(weight * np.where(good, magnitude, 0.0), axis=0, keepdims=True)
+    den = np.sum(weight**2, axis=0, keepdims=True)
+    return np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)

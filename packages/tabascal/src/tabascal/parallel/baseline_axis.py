@@ -321,14 +321,14 @@ def rfi_block(rfi_params, signal, phase, delay_us, freq_mhz, groups, spec: Shard
     so its fine-grid arrays and their cotangents scale with those antennas; the replicated
     parameters' gradients are summed over devices by the map's transpose.
     """
-    signal = signal._replace(
-        scale=_device_antennas(signal.scale, spec), mean=_device_antennas(signal.mean, spec)
-    )
     # Varying from the parameters on: every group's cotangent then accumulates on the device
     # and crosses devices once, as the modes' gradient, rather than once per group as a
     # signal-sized cube.
-    z = _device_antennas(jax.lax.pcast(rfi_params.z, AXIS, to="varying"), spec)
-    amp = rfi_signal.forward(rfi_params._replace(z=z), signal)
+    varying = rfi_params._replace(z=jax.lax.pcast(rfi_params.z, AXIS, to="varying"))
+    device_params, device_signal = rfi_signal.take_antennas(
+        varying, signal, lambda x: _device_antennas(x, spec)
+    )
+    amp = rfi_signal.forward(device_params, device_signal)
     phase, delay_us = (_device_antennas(x, spec) for x in (phase, delay_us))
     n_freq, n_time = amp.shape[2], amp.shape[3]
     block = jnp.zeros((spec.block_size + 1, n_freq, n_time), amp.dtype)

@@ -79,6 +79,7 @@ def shard_model(model: joint.Model, mesh: Mesh) -> SourceShardedModel:
         mean=sources(c.rfi_signal.mean, 0),
         weight_time=sources(c.rfi_signal.weight_time, "copy"),
         mask=sources(c.rfi_signal.mask, 0),
+        factor=sources(c.rfi_signal.factor, 0),
     )
     constants = jax.device_put(c._replace(rfi_signal=None, phase=None, delay_us=None), replicated)
     constants = constants._replace(
