@@ -125,8 +125,8 @@ SCHEMA = Section(
             },
         ),
         "satellites": Section(
-            "transmitters on circular orbits: random ones above min_elevation_deg throughout, "
-            "explicit ones rising or setting as their orbits take them",
+            "transmitters on circular orbits (random ones above min_elevation_deg throughout, "
+            "explicit ones rising or setting as their orbits take them) or from a TLE file",
             {
                 "count": Option(int, 2, "random visible satellites", min=0),
                 "kinds": Option(
@@ -160,6 +160,21 @@ SCHEMA = Section(
                 ),
                 "orbits": Option(
                     list, [], "explicit satellites, added to the random ones", items=ORBIT
+                ),
+                "tle_file": Option(
+                    str,
+                    None,
+                    "TLE file whose satellites are simulated (propagated with SGP4) instead of "
+                    "random and explicit circular orbits; each gets eirp_dbw_hz and its spread",
+                    nullable=True,
+                ),
+                "catalogue_numbers": Option(
+                    list,
+                    None,
+                    "NORAD catalogue numbers to take from tle_file; null takes every satellite "
+                    "in it",
+                    items=int,
+                    nullable=True,
                 ),
             },
         ),

@@ -61,7 +61,7 @@ def _check_times(duration_s: float) -> np.ndarray:
     return np.linspace(0.0, duration_s, 201)
 
 
-def refuse_invisible(orbits: geo.CircularOrbits, ant_itrf, duration_s, gast0_rad) -> None:
+def refuse_invisible(orbits: geo.Orbits, ant_itrf, duration_s, gast0_rad) -> None:
     """Raise SimulationError naming any satellite that never rises during the observation
     (one that rises or sets during it is simulated, its RFI zero while below the horizon)."""
     el = np.rad2deg(geo.satellite_elevation(ant_itrf, orbits, _check_times(duration_s), gast0_rad))
@@ -127,12 +127,26 @@ def _random_orbit(rng, kind, ant_itrf, duration_s, gast0_rad, s0, cfg):
 
 
 def place_satellites(
-    cfg: dict, seed: int, ant_itrf, duration_s, gast0_rad, ra_rad, dec_rad, ref_freq_hz
+    cfg: dict,
+    seed: int,
+    ant_itrf,
+    duration_s,
+    gast0_rad,
+    ra_rad,
+    dec_rad,
+    ref_freq_hz,
+    epoch_utc=None,
 ):
     """Orbits and emission of the random and the explicit satellites of ``cfg`` (the
-    ``satellites`` section); the spectra are normalised at ``ref_freq_hz``.
-    Returns (CircularOrbits, RfiEmission)."""
+    ``satellites`` section), or of the satellites of its ``tle_file`` for an observation
+    starting at ``epoch_utc``; the spectra are normalised at ``ref_freq_hz``.
+    Returns (CircularOrbits or TleOrbits, RfiEmission)."""
     rng = np.random.default_rng([seed, STREAM_SATELLITES])
+    if cfg.get("tle_file"):
+        orbits = _tle_orbits(cfg, epoch_utc, gast0_rad)
+        refuse_invisible(orbits, ant_itrf, duration_s, gast0_rad)
+        eirp_db = cfg["eirp_dbw_hz"] + cfg["eirp_spread_db"] * rng.normal(size=orbits.n_sat)
+        return orbits, _emission(rng, cfg, eirp_db, ref_freq_hz)
     s0 = geo.radec_to_unit(ra_rad, dec_rad)
     elements, names, eirp_db = [], [], []
     kinds = cfg["kinds"] or ["gps"]
@@ -157,10 +171,33 @@ def place_satellites(
     columns = np.array(elements, dtype=np.float64).reshape(-1, 4).T
     orbits = geo.CircularOrbits(*columns, names=tuple(names))
     refuse_invisible(orbits, ant_itrf, duration_s, gast0_rad)
-    n_sat, n_terms = orbits.n_sat, 3
+    return orbits, _emission(rng, cfg, eirp_db, ref_freq_hz)
+
+
+def _tle_orbits(cfg: dict, epoch_utc, gast0_rad):
+    """The TLE file's satellites (``cfg["catalogue_numbers"]``, or all), which replace the
+    random and explicit circular ones: asking for both is refused."""
+    from tabascal.observation.tle import load_tle_orbits
+
+    if cfg["count"] or cfg["orbits"]:
+        raise SimulationError(
+            f"satellites.tle_file gives the satellites, so satellites.count (here "
+            f"{cfg['count']}) must be 0 and satellites.orbits (here {len(cfg['orbits'])}) empty"
+        )
+    if epoch_utc is None:
+        raise SimulationError("a TLE simulation needs the observation's start time")
+    return load_tle_orbits(
+        cfg["tle_file"], cfg["catalogue_numbers"], epoch_utc, gast0_rad=gast0_rad
+    )
+
+
+def _emission(rng, cfg: dict, eirp_db, ref_freq_hz) -> RfiEmission:
+    """Each satellite's EIRP (from ``eirp_db``, dB(W/Hz)) with its spectrum and its slow
+    variations drawn from ``rng``."""
+    n_sat, n_terms = len(eirp_db), 3
     weights = rng.uniform(-1, 1, (n_sat, n_terms))
     weights /= np.maximum(np.abs(weights).sum(axis=1, keepdims=True), 1e-12)
-    emission = RfiEmission(
+    return RfiEmission(
         eirp_w_hz=10 ** (np.array(eirp_db, dtype=np.float64) / 10),
         spectral_index=np.full(n_sat, cfg["spectral_index"]),
         ref_freq_hz=ref_freq_hz,
@@ -168,4 +205,3 @@ def place_satellites(
         period_s=cfg["variation_period_s"] * (1 + 3 * rng.uniform(size=(n_sat, n_terms))),
         phase=rng.uniform(0, 2 * np.pi, (n_sat, n_terms)),
     )
-    return orbits, emission

@@ -158,7 +158,7 @@ def build_scene(config: dict) -> Scene:
     duration = obs["n_time"] * obs["int_time_s"]
     ref_freq = config["sky"]["ref_freq_hz"]
     orbits, rfi = place_satellites(
-        config["satellites"], seed, ant_itrf, duration, gast0, ra, dec, ref_freq
+        config["satellites"], seed, ant_itrf, duration, gast0, ra, dec, ref_freq, epoch.isoformat()
     )
     meta = ObservationMeta(
         a1=a1.astype(np.int32),
