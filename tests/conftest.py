@@ -72,6 +72,12 @@ def assert_no_cube_crosses_devices(step, n_ant: int):
     from tabascal.planning import memory
 
     moved = memory.collective_shapes(step)
+    # A sharded step always sums its loss across devices: finding nothing means the HLO
+    # pattern no longer matches, and the check below would pass without looking.
+    assert any(name == "all-reduce" for name, _ in moved), (
+        "no all-reduce found in a sharded step: memory.collective_shapes no longer reads this "
+        "HLO, so nothing was checked"
+    )
     for name, arrays in moved:
         assert name == "all-reduce", moved
         for dtype, shape in arrays:
