@@ -221,8 +221,7 @@ def _run(args: argparse.Namespace) -> int:
             reuse_plan=reuse,
             progress=not args.quiet,
         )
-    # tabascal's own refusals, and what the libraries and the filesystem raise on bad input.
-    except (TabascalError, ValueError, OSError, NotImplementedError, ImportError) as err:
+    except TabascalError as err:
         print(f"tabascal run: error: {err}", file=sys.stderr)
         return 2
     if processes.is_writer():
@@ -308,7 +307,7 @@ def _plan(args: argparse.Namespace) -> int:
             init=config["fit"]["init"],
             seed=config["fit"]["seed"],
         )
-    except (TabascalError, ValueError, OSError, ImportError) as err:
+    except TabascalError as err:
         print(f"tabascal plan: error: {err}", file=sys.stderr)
         return 2
     step = next(r for r in reports if r.name == "step").memory

@@ -24,7 +24,7 @@ import jax
 import numpy as np
 
 from tabascal import TabascalError
-from tabascal.config import dump_yaml, run_config
+from tabascal.config import ConfigError, dump_yaml, run_config
 from tabascal.fitting import optimiser, plots, results
 from tabascal.model import joint, likelihood
 from tabascal.parallel import blockwise, processes, routes
@@ -42,16 +42,20 @@ class OutputExistsError(TabascalError, FileExistsError):
     """The output folder holds earlier results and neither resume nor overwrite was asked."""
 
 
+class NoCheckpointError(TabascalError, FileNotFoundError):
+    """--resume was asked, but the output folder holds no checkpoint to resume from."""
+
+
 def prepare_output(out_dir: Path, *, resume: bool, overwrite: bool) -> None:
     """Create ``out_dir``, refusing a non-empty one unless resuming or overwriting."""
     out_dir = Path(out_dir)
     if resume and overwrite:
-        raise ValueError("--resume and --overwrite contradict each other; choose one")
+        raise ConfigError("--resume and --overwrite contradict each other; choose one")
     if out_dir.exists() and not out_dir.is_dir():
         raise OutputExistsError(f"{out_dir} exists and is not a folder")
     if resume:
         if not (out_dir / CHECKPOINTS / optimiser.CHECKPOINT_NAME).is_file():
-            raise FileNotFoundError(
+            raise NoCheckpointError(
                 f"--resume: {out_dir / CHECKPOINTS / optimiser.CHECKPOINT_NAME} does not exist; "
                 "run without --resume to start a new fit"
             )
@@ -226,7 +230,7 @@ def run(
     reuse_plan: permute the baselines by the antenna-reuse plan (baseline axis only).
     """
     if shard_axis not in routes.SHARD_AXES:
-        raise ValueError(f"shard axis {shard_axis!r} is not known; use none, baseline or source")
+        raise ConfigError(f"shard axis {shard_axis!r} is not known; use none, baseline or source")
     route = routes.route(shard_axis, reuse_plan)
     source = obs if hasattr(obs, "read") else blockwise.MemoryRows(obs)
     by_block = _check_route(route, source, config["fit"]["init"])
@@ -248,14 +252,14 @@ def _check_route(route: routes.Route, source, init: str) -> bool:
     """Refuse what the route cannot do with ``source``; whether the model is built (and its
     outputs written) block by block."""
     if route.name != "none" and source.meta.n_sat == 0:
-        raise ValueError(
+        raise ConfigError(
             f"the observation has no satellites, and the {route.shard_axis} axis splits the RFI "
             "term's work; fit it on one device (--shard-axis none), which models the sky and "
             "the gains alone"
         )
     by_block = route.by_block and init not in joint.WHOLE_OBSERVATION_INITS
     if not by_block and processes.process_count() > 1:
-        raise ValueError(
+        raise ConfigError(
             f"a run over {processes.process_count()} processes reads the data block by block, "
             f"which needs --shard-axis baseline and init 'data' or 'prior' (got shard axis "
             f"{route.shard_axis!r}, init {init!r})"

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tabascal.config import option_field
+from tabascal.config import ConfigError, option_field
 from tabascal.model import gains, likelihood, rfi_estimate, rfi_signal, rfi_vis, sky
 from tabascal.model.data_stats import DataStats, MeanPower
 from tabascal.observation import beam, geometry
@@ -225,7 +225,7 @@ def satellites_in_view(meta, config: ModelConfig) -> np.ndarray:
 def check_observation(obs) -> None:
     """Refuse observations the model cannot fit, before any heavy work (host)."""
     if np.all(obs.flags):
-        raise ValueError("every visibility is flagged: there is nothing to fit")
+        raise likelihood.DataError("every visibility is flagged: there is nothing to fit")
     likelihood.validate_vis(obs.vis, obs.flags)
     likelihood.resolve_noise(obs.noise, obs.vis.shape[0])
 
@@ -453,7 +453,7 @@ def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None 
 
 def _check_init(init: str) -> None:
     if init not in INITS:
-        raise ValueError(f"init {init!r} is not known; choose one of {', '.join(INITS)}")
+        raise ConfigError(f"init {init!r} is not known; choose one of {', '.join(INITS)}")
 
 
 def build(obs, config: ModelConfig, *, init: str = "data", seed: int = 0) -> Model:
@@ -471,7 +471,7 @@ def build(obs, config: ModelConfig, *, init: str = "data", seed: int = 0) -> Mod
     """
     _check_init(init)
     if init == "truth" and obs.truth is None:
-        raise ValueError("init 'truth' needs a store with a truth group; this one has none")
+        raise ConfigError("init 'truth' needs a store with a truth group; this one has none")
     check_observation(obs)
     real = np.dtype(PRECISIONS[config.precision])
     data = _data(obs, real)

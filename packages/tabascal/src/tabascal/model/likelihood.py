@@ -30,6 +30,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tabascal import TabascalError
+
+
+class DataError(TabascalError, ValueError):
+    """Data the model cannot fit (NaN or infinite unflagged cells, bad noise, nothing
+    unflagged); the message names the cell or baseline."""
+
 
 def resolve_noise(noise, n_bl: int) -> np.ndarray:
     """Noise std per baseline, (n_bl,) float64, from a scalar or (n_bl,) input (host).
@@ -38,11 +45,11 @@ def resolve_noise(noise, n_bl: int) -> np.ndarray:
     """
     arr = np.asarray(noise, dtype=np.float64)
     if arr.ndim > 1 or (arr.ndim == 1 and arr.shape[0] != n_bl):
-        raise ValueError(f"noise has shape {arr.shape}; expected a scalar or ({n_bl},)")
+        raise DataError(f"noise has shape {arr.shape}; expected a scalar or ({n_bl},)")
     arr = np.broadcast_to(arr, (n_bl,))
     bad = np.flatnonzero(~(np.isfinite(arr) & (arr > 0)))
     if bad.size:
-        raise ValueError(
+        raise DataError(
             f"noise of baseline {bad[0]} is {arr[bad[0]]!r} ({bad.size} baselines in all); "
             "the noise std must be finite and > 0"
         )
@@ -57,11 +64,11 @@ def validate_vis(vis, flags) -> None:
     vis = np.asarray(vis)
     flags = np.asarray(flags, dtype=bool)
     if vis.shape != flags.shape:
-        raise ValueError(f"vis has shape {vis.shape} but flags {flags.shape}; they must match")
+        raise DataError(f"vis has shape {vis.shape} but flags {flags.shape}; they must match")
     bad = ~np.isfinite(vis) & ~flags
     if bad.any():
         first = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(
+        raise DataError(
             f"{int(bad.sum())} unflagged visibilities are NaN or infinite, the first at "
             f"(baseline, channel, time) = {first}; flag them or repair the data"
         )

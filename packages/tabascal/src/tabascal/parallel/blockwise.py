@@ -33,6 +33,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import tabascal_partition
+from tabascal.config import ConfigError
 from tabascal.model import _whitened, joint, likelihood, sky
 from tabascal.model.data_stats import DataStats
 from tabascal.parallel import baseline_axis, processes
@@ -178,8 +179,8 @@ def _checked(rows: HostRows, first_row: int) -> HostRows:
     """Validated rows (errors name the baseline by its row in the data)."""
     try:
         likelihood.validate_vis(rows.vis, rows.flags)
-    except ValueError as err:
-        raise ValueError(f"rows from {first_row}: {err}") from None
+    except likelihood.DataError as err:
+        raise likelihood.DataError(f"rows from {first_row}: {err}") from None
     return rows
 
 
@@ -247,7 +248,7 @@ def build(
     ``joint.build`` and ``baseline_axis.shard_model``).
     """
     if init not in ("data", "prior"):
-        raise ValueError(
+        raise ConfigError(
             f"init {init!r}: a model built block by block starts from 'data' or 'prior'"
         )
     meta = source.meta
@@ -256,7 +257,7 @@ def build(
         blocks = _read_blocks(source, mesh, None, real)
         stats = _merge_processes(_block_stats(blocks))
     if stats.n_points == 0:
-        raise ValueError("every visibility is flagged: there is nothing to fit")
+        raise likelihood.DataError("every visibility is flagged: there is nothing to fit")
     level = config.rfi_sigma or stats.rfi_level(meta.n_sat)
     frame = joint.model_frame(meta, config, stats.snr, level, init, seed)
     placement = baseline_axis.plan_rows(frame.spec, frame.constants, mesh, reuse=reuse)

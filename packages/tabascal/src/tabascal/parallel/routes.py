@@ -26,6 +26,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from tabascal.config import ConfigError
 from tabascal.model import joint
 from tabascal.parallel import baseline_axis, source_axis
 
@@ -128,9 +129,9 @@ def route(axis: str, reuse_plan: bool = False) -> Route:
     """The ``Route`` of ``axis`` (one of ``ROUTES``); ``reuse_plan`` turns "baseline" into
     "reuse" and is refused on any other axis."""
     if axis not in _REGISTRY:
-        raise ValueError(f"shard axis {axis!r} is not known; choose one of {', '.join(ROUTES)}")
+        raise ConfigError(f"shard axis {axis!r} is not known; choose one of {', '.join(ROUTES)}")
     if reuse_plan and axis not in ("baseline", "reuse"):
-        raise ValueError(
+        raise ConfigError(
             f"the antenna-reuse plan needs the baseline axis, not {axis!r}; pass "
             "--shard-axis baseline or drop --reuse-plan"
         )
