@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
+from ri_kernels import _two_float as tf
 from ri_kernels import _validate
 from ri_kernels._blocks import (
     DEFAULT_MEMORY_BUDGET_BYTES,
@@ -30,7 +31,9 @@ from ri_kernels._phase_moments import (
     MAX_CUBIC_TERMS,
     MAX_SEGMENTS,
     MAX_TERMS,
-    phase_moments_by_order,
+    Cubic,
+    TurnsCubic,
+    cubic_moments_by_order,
 )
 
 _FN = "analytic_eval_with_indices"
@@ -99,22 +102,55 @@ def _coefficients(signal, tables, antenna, cell_f, cell_t):
 
 
 def _phase_cubic(signal, tables, half_time, p, q, cell_f, cell_t):
-    """Pair phase ``phi0 + a x + b x**2 + c x**3`` (rad) over the cell, x in [-1, 1].
+    """Pair phase ``phi0 + a x + b x**2 + c x**3`` over the cell, x in [-1, 1].
 
-    Returns phi0, a, b, c, each (B, C, n_rfi, n_int_f), from the differences of the centre
-    phases and of the delay orders 0..3 of p and q; nu = freq_mhz + dnu_mhz (MHz), delays in
-    us: MHz x us = cycles.
+    Returns a :class:`Cubic` (rad) of (B, C, n_rfi, n_int_f) arrays in the working dtype,
+    from the differences of the centre phases and of the delay orders 0..3 of p and q;
+    nu = freq_mhz + dnu_mhz (MHz), delays in us: MHz x us = cycles. With jax's 64-bit mode
+    off, the same cubic in turns from :func:`_phase_turns`.
     """
-    dnu_mhz = tables.dnu_mhz
-    d_phase = signal.phase[p[:, None], cell_f, cell_t] - signal.phase[q[:, None], cell_f, cell_t]
-    d_delay = signal.delay[p[:, None], cell_t] - signal.delay[q[:, None], cell_t]
+    work = jax.dtypes.canonicalize_dtype(np.float64)
+    if work == np.float32:
+        return _phase_turns(signal, tables, half_time, p, q, cell_f, cell_t)
+    dnu_mhz = tables.dnu_mhz.astype(work)
+    phase = signal.phase.astype(work)
+    delay = signal.delay.astype(work)
+    half_time = half_time.astype(work)
+    d_phase = phase[p[:, None], cell_f, cell_t] - phase[q[:, None], cell_f, cell_t]
+    d_delay = delay[p[:, None], cell_t] - delay[q[:, None], cell_t]
     d = [d_delay[..., k, None] for k in range(4)]  # (B, C, n_rfi, 1)
-    nu = (tables.freq_mhz[cell_f][:, None] + dnu_mhz)[:, None, :]  # (C, 1, n_int_f)
+    nu = (tables.freq_mhz[cell_f].astype(work)[:, None] + dnu_mhz)[:, None, :]  # (C, 1, n_int_f)
     phi0 = d_phase[..., None] + 2 * math.pi * dnu_mhz * d[0]
     a = 2 * math.pi * nu * d[1] * half_time
     b = math.pi * nu * d[2] * half_time**2
     c = (math.pi / 3) * nu * d[3] * half_time**3
-    return jnp.broadcast_arrays(phi0, a, b, c)
+    return Cubic(*jnp.broadcast_arrays(phi0, a, b, c))
+
+
+def _phase_turns(signal, tables, half_time, p, q, cell_f, cell_t):
+    """The pair phase cubic in turns for float32 work: a :class:`TurnsCubic` of
+    (B, C, n_rfi, n_int_f) arrays, phi0 = d_phase / (2 pi) + dnu d0, a = nu d1 T/2,
+    b = nu d2 (T/2)**2 / 2 and c = nu d3 (T/2)**3 / 6 (turns; T/2 = ``half_time``).
+
+    The differences of phases and delays, nu = freq_mhz + dnu_mhz and the products forming
+    phi0 and a are taken as two-float pairs, exactly or to 2^-47: the only rounding they keep
+    is that of the float32 inputs themselves. In one float32, |a| = 1e4 rad (1600 turns) was
+    rounded by about 1e-4 turn in each of these steps (tests/test_analytic_float32.py, pairs
+    winding up to 1e4 rad: 2.0e-4 of the largest visibility, 1.2e-3 of a cell's own; now
+    5.5e-7 and 5.9e-6).
+    """
+    phase_p, phase_q = (signal.phase[i[:, None], cell_f, cell_t][..., None] for i in (p, q))
+    delay_p, delay_q = (signal.delay[i[:, None], cell_t][..., None, :] for i in (p, q))
+    d_phase = tf.two_sum(phase_p, -phase_q)  # (B, C, n_rfi, 1)
+    d0, d1 = (tf.two_sum(delay_p[..., k], -delay_q[..., k]) for k in (0, 1))
+    d2, d3 = (delay_p[..., k] - delay_q[..., k] for k in (2, 3))
+    nu = tf.two_sum(tables.freq_mhz[cell_f][:, None], tables.dnu_mhz)  # (C, n_int_f)
+    nu_half = tuple(v[:, None, :] for v in tf.scale(nu, half_time))  # (C, 1, n_int_f)
+    phi0 = tf.add(tf.times(d_phase, tf.INV_TWO_PI), tf.scale(d0, tables.dnu_mhz))
+    a = tf.times(d1, nu_half)
+    b = nu[0][:, None, :] * d2 * (half_time**2 / 2)
+    c = nu[0][:, None, :] * d3 * (half_time**3 / 6)
+    return TurnsCubic(*jnp.broadcast_arrays(*phi0, *a, b, c))
 
 
 def _bytes_per_pair_cell(amp, n_int_f, n_mom, segments, terms, cubic_terms):
@@ -165,6 +201,7 @@ def _analytic(
     n_bl = indices.a1.shape[0]
     if n_bl == 0:
         return jnp.zeros((0, n_freq, n_time), amp.dtype)
+    real = phase.dtype
     phase, delay_us, tables, int_time = jax.lax.stop_gradient((phase, delay_us, tables, int_time))
     signal = _Signal(
         amp.transpose(0, 2, 3, 1), phase.transpose(0, 2, 3, 1), delay_us.transpose(0, 2, 1, 3)
@@ -179,7 +216,7 @@ def _analytic(
         # (n_mom, B, C, n_rfi, n_int_f), real and imaginary parts. Named as such: jax 0.10.2
         # fails to save a complex residual by name (its remat inserts reduce_precision, which
         # refuses complex dtypes).
-        re, im = phase_moments_by_order(*cubic, n_mom, **options)
+        re, im = (v.astype(real) for v in cubic_moments_by_order(cubic, n_mom, **options))
         moments = jax.lax.complex(checkpoint_name(re, _MOMENTS), checkpoint_name(im, _MOMENTS))
         coef_p = _coefficients(signal, tables, p, cell_f, cell_t)
         coef_q = _coefficients(signal, tables, q, cell_f, cell_t).conj()

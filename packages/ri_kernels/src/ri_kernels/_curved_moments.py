@@ -69,18 +69,26 @@ def stationary_ratio(n_max, terms, dtype):
     return 2 * math.exp(log_tol / (n_run + _tail(n_run, log_tol)))
 
 
-def curved_moments(alpha, beta, n_max, terms):
+def curved_moments(alpha, beta, n_max, terms, e_alpha=None, e_beta=None):
     """M_n(α, β), n = 0..n_max, for β != 0: a SplitComplex of stacked (n_max + 1,) + shape
     arrays. Accurate for |β| at or above the switch of a curvature expansion of ``terms``
-    terms."""
+    terms.
+
+    ``e_alpha``, ``e_beta``: exp(iα), exp(iβ) as SplitComplex where they are known more
+    precisely than from α and β (float32 work: from fractions of a turn); by default from α
+    and β. Elsewhere α and β enter through ratios, where their relative precision suffices,
+    and through the stationary-point phase -α²/(4β), used only where it is at most |β|.
+    """
     n_run = _recurrence_length(n_max, terms)
     n_top = n_run + _tail(n_run, log_tolerance(alpha.dtype))
     kappa = stationary_ratio(n_max, terms, alpha.dtype)
     abs_a = jnp.abs(alpha)
     abs_b = jnp.abs(beta)
     n_star = _MARGIN * abs_a + 2 * _MARGIN**2 * abs_b
-    e_alpha = SplitComplex(jnp.cos(alpha), jnp.sin(alpha))
-    e_beta = SplitComplex(jnp.cos(beta), jnp.sin(beta))
+    if e_alpha is None:
+        e_alpha = SplitComplex(jnp.cos(alpha), jnp.sin(alpha))
+    if e_beta is None:
+        e_beta = SplitComplex(jnp.cos(beta), jnp.sin(beta))
     e_plus = e_beta * e_alpha
     e_minus = e_beta * e_alpha.conj()
     # R_n depends on n only through its parity.

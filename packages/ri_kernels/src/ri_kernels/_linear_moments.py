@@ -69,9 +69,17 @@ def linear_tail(n, log_tol):
     return t
 
 
-def linear_moments(alpha, n_max):
-    """ℓ_n(α), n = 0..n_max, stacked on a leading axis (module docstring)."""
-    cos_a, sin_a = turn_phasor(alpha * (1 / (2 * math.pi)))
+def linear_moments(alpha, n_max, e_alpha=None):
+    """ℓ_n(α), n = 0..n_max, stacked on a leading axis (module docstring).
+
+    ``e_alpha``: exp(iα) as a SplitComplex where it is known more precisely than from α (a
+    float32 α of 5e3 rad is rounded by 2.4e-4 rad, but enters the recurrences relatively,
+    through 1/α, so that only the phasor needs the fraction of a turn); by default from α.
+    """
+    if e_alpha is None:
+        cos_a, sin_a = turn_phasor(alpha * (1 / (2 * math.pi)))
+    else:
+        cos_a, sin_a = e_alpha.re, e_alpha.im
     abs_a = jnp.abs(alpha)
     is_zero = alpha == 0
     sinc = jnp.where(is_zero, 1.0, sin_a / jnp.where(is_zero, 1.0, alpha))
@@ -114,10 +122,11 @@ def linear_moments(alpha, n_max):
     return jnp.where(n <= abs_a, rising, falling)
 
 
-def expanded_moments(alpha, beta, n_max, terms):
+def expanded_moments(alpha, beta, n_max, terms, e_alpha=None):
     """M_n(α, β), n = 0..n_max, by the curvature expansion: a SplitComplex of stacked
-    (n_max + 1,) + shape arrays. Accurate for |β| < expansion_switch(terms)."""
-    ell = linear_moments(alpha, n_max + 2 * (terms - 1))
+    (n_max + 1,) + shape arrays. Accurate for |β| < expansion_switch(terms). ``e_alpha`` as
+    in :func:`linear_moments`."""
+    ell = linear_moments(alpha, n_max + 2 * (terms - 1), e_alpha)
     # (iβ)^k/k! = i^k c_k with c_k = β^k/k! real: even k add to the part of ℓ's own phase,
     # odd k to the part a quarter turn on. M_n = i^(n mod 2) (own + i turned).
     coef = [jnp.ones_like(beta)]

@@ -36,9 +36,17 @@ quadrature, tests/test_phase_moments.py): defaults (2, 6, 3) <= 3e-9 for |a| <= 
 |b| <= 1e3, |c| <= 0.5 and across every branch edge; the cubic series limits them at larger
 |c| (4e-8 at |c| = 1, 7e-7 at 2, 4e-6 at 3, 6e-5 at 6.3), where (4, 16, 3) gives <= 2e-8.
 (1, 6, 0) drops the residual cubic: exact only for c = 0. Float32 inputs with x64 on: within
-1e-6 of float64. Without x64 all angles are float32 and errors grow with the phase: 5e-6 at
-|a| <= 100, 5e-5 at |a| <= 1e3. ∂W_m/∂(φ0, a, b, c) = i W_{m+(0,1,2,3)} (a custom JVP):
-gradients cost three more moments, never a pass back through the recurrences.
+1e-6 of float64.
+
+Without x64 the work is float32, where the angles φ_i and α of a winding of 1e4 rad, formed
+and reduced in one float32, lose their fraction of a turn to 1e4 * 2^-24 = 6e-4 rad (the
+moments erred by |a| 2^-24: 8.6e-5 at |a| = 1232). There the cubic is carried in turns as a
+:class:`TurnsCubic`, φ0 and a as two-float pairs (:mod:`ri_kernels._two_float`), and each
+piece's φ_i and α are formed and reduced to a fraction of a turn in that precision: the
+phasors exp(iφ_i), exp(iα) and exp(iβ) come from the fractions, and α and β enter the
+recurrences, where only their relative precision matters, as single floats.
+∂W_m/∂(φ0, a, b, c) = i W_{m+(0,1,2,3)} (a custom JVP): gradients cost three more moments,
+never a pass back through the recurrences.
 """
 
 import math
@@ -49,6 +57,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ri_kernels import _two_float as tf
 from ri_kernels._curved_moments import curved_moments
 from ri_kernels._linear_moments import expanded_moments, expansion_switch, log_tolerance
 from ri_kernels._phasor import turn_phasor
@@ -69,6 +78,43 @@ _CHUNK = 1024
 # benchmark, 2-core machine: value-and-gradient 0.48-0.95 s against 0.61-0.98 s with one
 # loop, interleaved runs at load 1.6-3.5).
 _CPU_LOOPS = 2
+
+
+class Cubic(NamedTuple):
+    """φ0 + a x + b x² + c x³ (rad) on x in [-1, 1]: arrays of one shape S in float64, the
+    working dtype with jax's 64-bit mode on."""
+
+    phi0: jax.Array
+    a: jax.Array
+    b: jax.Array
+    c: jax.Array
+
+
+class TurnsCubic(NamedTuple):
+    """The same cubic in turns (rad / 2π), float32 arrays of one shape S, for work without
+    jax's 64-bit mode: φ0 and a as two-float pairs hi + lo (:mod:`ri_kernels._two_float`),
+    whose fractions of a turn survive any winding; b and c as single floats, whose rounding
+    costs at most |b| 2^-24 (3e-6 rad at |b| = 50 rad)."""
+
+    phi0_hi: jax.Array
+    phi0_lo: jax.Array
+    a_hi: jax.Array
+    a_lo: jax.Array
+    b: jax.Array
+    c: jax.Array
+
+
+class _Pieces(NamedTuple):
+    """The cubic on each piece (module docstring), (segments, S) arrays: α, β and γ (rad);
+    the phasor exp(iφ_i) as (cos, sin); and exp(iα), exp(iβ) as SplitComplex when they are
+    known more precisely than from α and β (float32 work), else None."""
+
+    alpha: jax.Array
+    beta: jax.Array
+    gamma: jax.Array
+    centre: tuple
+    e_alpha: SplitComplex | None
+    e_beta: SplitComplex | None
 
 
 class _MomentOptions(NamedTuple):
@@ -110,25 +156,39 @@ def phase_moments(
     return _moments(n_moments, segments, terms, cubic_terms, phi0, a, b, c).astype(out_dtype)
 
 
-def phase_moments_by_order(
-    phi0, a, b, c, n_moments: int, *, segments: int = 2, terms: int = 6, cubic_terms: int = 3
+def cubic_moments_by_order(
+    cubic, n_moments: int, *, segments: int = 2, terms: int = 6, cubic_terms: int = 3
 ):
-    """W as real and imaginary parts with the moment index first: two arrays of shape
-    (n_moments,) + S in the inputs' dtype. The same values as :func:`phase_moments`, for
-    callers that read each moment on its own; not differentiable in phi0, a, b, c (the
-    analytic operator holds them constant).
+    """W of a :class:`Cubic` or :class:`TurnsCubic` of arrays of shape S (from phases in rad:
+    :func:`working_cubic`) as real and imaginary parts with the moment index first: two
+    (n_moments,) + S arrays in the working dtype. The same values as :func:`phase_moments`,
+    for callers that read each moment on its own; not differentiable in the cubic (the
+    analytic operator holds it constant).
 
     On XLA's CPU backend, writing the moments with a trailing axis of a complex array
     interleaves them element by element: a tenth of the moments' time at the CPU benchmark.
     """
     _check_options(n_moments, segments, terms, cubic_terms)
+    shape = cubic[0].shape
+    flat = jax.tree.map(lambda v: jnp.broadcast_to(v, shape).ravel(), cubic)
+    re, im = _flat(flat, n_moments, segments, terms, cubic_terms)
+    return re.reshape(n_moments, *shape), im.reshape(n_moments, *shape)
+
+
+def working_cubic(phi0, a, b, c):
+    """The cubic φ0 + a x + b x² + c x³ of real arrays (rad) broadcastable to one shape S, in
+    the form the moments take, in the working dtype: a :class:`Cubic`, or without jax's
+    64-bit mode a :class:`TurnsCubic` (each float32 angle exactly, to 2^-47, in turns)."""
     args = [jnp.asarray(v) for v in (phi0, a, b, c)]
-    dtype = args[0].dtype
     work = jax.dtypes.canonicalize_dtype(np.float64)
     shape = jnp.broadcast_shapes(*(v.shape for v in args))
-    flat = (jnp.broadcast_to(v.astype(work), shape).ravel() for v in args)
-    re, im = _flat(*flat, n_moments, segments, terms, cubic_terms)
-    return re.reshape(n_moments, *shape).astype(dtype), im.reshape(n_moments, *shape).astype(dtype)
+    phi0, a, b, c = (jnp.broadcast_to(v.astype(work), shape) for v in args)
+    if work != np.float32:
+        return Cubic(phi0, a, b, c)
+    phi0_turns = tf.times((phi0, jnp.zeros_like(phi0)), tf.INV_TWO_PI)
+    a_turns = tf.times((a, jnp.zeros_like(a)), tf.INV_TWO_PI)
+    inv_two_pi = tf.INV_TWO_PI[0]
+    return TurnsCubic(*phi0_turns, *a_turns, b * inv_two_pi, c * inv_two_pi)
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2, 3))
@@ -139,8 +199,8 @@ def _moments(n_moments, segments, terms, cubic_terms, phi0, a, b, c):
 def _trailing(phi0, a, b, c, n_moments, segments, terms, cubic_terms):
     """W as one complex array of shape S + (n_moments,)."""
     shape = phi0.shape
-    cubics = (v.ravel() for v in (phi0, a, b, c))
-    re, im = _flat(*cubics, n_moments, segments, terms, cubic_terms)
+    cubic = working_cubic(*(v.ravel() for v in (phi0, a, b, c)))
+    re, im = _flat(cubic, n_moments, segments, terms, cubic_terms)
     return jax.lax.complex(re, im).T.reshape((*shape, n_moments))
 
 
@@ -154,31 +214,33 @@ def _moments_jvp(n_moments, segments, terms, cubic_terms, primals, tangents):
     return value, 1j * slope
 
 
-def _flat(phi0, a, b, c, n_moments, segments, terms, cubic_terms):
-    """W over 1-D elements as (real, imaginary) parts, each (n_moments, size): the expansion
-    everywhere, then the curved pieces."""
-    cubics = (phi0, a, b, c)
+def _flat(cubic, n_moments, segments, terms, cubic_terms):
+    """W of a :class:`Cubic` or :class:`TurnsCubic` of 1-D arrays as (real, imaginary) parts,
+    each (n_moments, size): the expansion everywhere, then the curved pieces."""
     options = _MomentOptions(n_moments, segments, terms, cubic_terms)
-    if phi0.size <= _CHUNK:
+    if cubic[0].size <= _CHUNK:
         # One chunk: both methods on every element, one program to compile instead of two.
-        w, _ = _evaluate(*cubics, options, with_curved=True)
+        w, _ = _evaluate(cubic, options, with_curved=True)
         return w
-    w, curved = _in_blocks(cubics, options)
-    return _patch_curved(w, curved, cubics, options)
+    w, curved = _in_blocks(cubic, options)
+    return _patch_curved(w, curved, cubic, options)
 
 
-def _in_blocks(cubics, options):
+def _in_blocks(cubic, options):
     """_evaluate without the curved method: on the CPU backend over blocks of _CPU_BLOCK
     elements, whose intermediates stay in cache (blocks of 2048 to 16384 elements
     measured within noise of each other), in _CPU_LOOPS independent loops."""
-    size = cubics[0].size
+    size = cubic[0].size
     if jax.default_backend() != "cpu" or size <= _CPU_BLOCK:
-        return _evaluate(*cubics, options, with_curved=False)
+        return _evaluate(cubic, options, with_curved=False)
     n_loops = min(_CPU_LOOPS, -(-size // _CPU_BLOCK))
     pad = -size % (_CPU_BLOCK * n_loops)
-    blocks = tuple(jnp.pad(v, (0, pad)).reshape(n_loops, -1, _CPU_BLOCK) for v in cubics)
+    blocks = jax.tree.map(lambda v: jnp.pad(v, (0, pad)).reshape(n_loops, -1, _CPU_BLOCK), cubic)
     outs = [
-        jax.lax.map(lambda v: _evaluate(*v, options, with_curved=False), [v[i] for v in blocks])
+        jax.lax.map(
+            lambda v: _evaluate(v, options, with_curved=False),
+            jax.tree.map(lambda v, i=i: v[i], blocks),
+        )
         for i in range(n_loops)
     ]
     w, curved = jax.tree.map(lambda *v: jnp.concatenate(v), *outs)
@@ -187,7 +249,7 @@ def _in_blocks(cubics, options):
     return w, curved.reshape(-1)[:size]
 
 
-def _patch_curved(w, curved, cubics, options):
+def _patch_curved(w, curved, cubic, options):
     """Re-evaluate, _CHUNK at a time, the elements flagged by ``curved`` with both methods.
 
     The flagged elements are gathered to the front (their count is known only at run time),
@@ -201,8 +263,8 @@ def _patch_curved(w, curved, cubics, options):
 
     def chunk(i, w):
         rows = jax.lax.dynamic_slice(ids, (i * _CHUNK,), (_CHUNK,))
-        inputs = (v[jnp.minimum(rows, size - 1)] for v in cubics)
-        w_rows, _ = _evaluate(*inputs, options, with_curved=True)
+        inputs = jax.tree.map(lambda v: v[jnp.minimum(rows, size - 1)], cubic)
+        w_rows, _ = _evaluate(inputs, options, with_curved=True)
         return tuple(
             v.at[:, rows].set(v_rows, mode="drop") for v, v_rows in zip(w, w_rows, strict=True)
         )
@@ -210,11 +272,11 @@ def _patch_curved(w, curved, cubics, options):
     return jax.lax.fori_loop(0, (count + _CHUNK - 1) // _CHUNK, chunk, w)
 
 
-def _evaluate(phi0, a, b, c, options, *, with_curved):
-    """W for 1-D float arrays of one length S in the working dtype, with the static
-    :class:`_MomentOptions` ``options``: real and imaginary parts, each (n_moments, S), and
-    (S,) flags of the elements with a piece at or above the expansion's switch. Without
-    ``with_curved`` those elements' W are wrong (but finite).
+def _evaluate(cubic, options, *, with_curved):
+    """W for a :class:`Cubic` or :class:`TurnsCubic` of 1-D arrays of one length S, with the
+    static :class:`_MomentOptions` ``options``: real and imaginary parts, each
+    (n_moments, S), and (S,) flags of the elements with a piece at or above the expansion's
+    switch. Without ``with_curved`` those elements' W are wrong (but finite).
 
     The moment index stays the leading axis until the end: the sums over it (cubic series,
     translation) are then elementwise over the elements, which XLA's CPU loops vectorise
@@ -222,24 +284,28 @@ def _evaluate(phi0, a, b, c, options, *, with_curved):
     translation back to x is a matrix product over it.
     """
     n_moments = options.n_moments
-    rho = 1.0 / options.segments
-    centres = -1.0 + rho * (2 * np.arange(options.segments) + 1)
-    x = centres[:, None]
-    gamma = jnp.broadcast_to(c * rho**3, (options.segments, *c.shape))
-    # γy³ = (3/4)γy + γ(y³ - 3y/4): the best linear fit to y³ on [-1, 1] goes into α, which
-    # leaves a residual of at most |γ|/4 for the series.
-    alpha = (a + (2 * b + 3 * c * x) * x) * rho + 0.75 * gamma
-    beta = (b + 3 * c * x) * rho**2
-    phase = phi0 + (a + (b + c * x) * x) * x
+    centres = -1.0 + (1.0 / options.segments) * (2 * np.arange(options.segments) + 1)
+    if isinstance(cubic, TurnsCubic):
+        pieces = _pieces_from_turns(cubic, centres)
+    else:
+        pieces = _pieces(cubic, centres)
+    alpha, beta, gamma = pieces.alpha, pieces.beta, pieces.gamma
 
     n_max = n_moments - 1 + 3 * options.cubic_terms
     switch = expansion_switch(options.terms, log_tolerance(alpha.dtype))
     large = jnp.abs(beta) >= switch
-    quad = expanded_moments(alpha, beta, n_max, options.terms)  # (n_max + 1, segments, S)
+    # (n_max + 1, segments, S)
+    quad = expanded_moments(alpha, beta, n_max, options.terms, pieces.e_alpha)
     if with_curved:
-        # Harmless arguments where a piece is below the switch.
+        # Harmless arguments where a piece is below the switch (its phasors, of modulus 1,
+        # keep those discarded values finite).
         fresnel = curved_moments(
-            jnp.where(large, alpha, 0.0), jnp.where(large, beta, switch), n_max, options.terms
+            jnp.where(large, alpha, 0.0),
+            jnp.where(large, beta, switch),
+            n_max,
+            options.terms,
+            pieces.e_alpha,
+            pieces.e_beta,
         )
         quad = select(large, fresnel, quad)
     series = quad[:n_moments]
@@ -252,7 +318,7 @@ def _evaluate(phi0, a, b, c, options, *, with_curved):
             for l in range(k + 1)
         )
         series = series + (residual * power).times_i_power(k)
-    rotated = series * SplitComplex(*turn_phasor(phase * (1 / (2 * math.pi))))
+    rotated = series * SplitComplex(*pieces.centre)
     # W_m = Σ_(j, i) table[m, j, i] rotated[j, i]: one matrix product, whose result is
     # written once (sums written out per moment were each a fusion of their own, and the
     # moments were then interleaved element by element).
@@ -263,6 +329,45 @@ def _evaluate(phi0, a, b, c, options, *, with_curved):
         return jnp.dot(table, flat, precision=jax.lax.Precision.HIGHEST)
 
     return (translate(rotated.re), translate(rotated.im)), jnp.any(large, axis=0)
+
+
+def _pieces(cubic, centres):
+    """:class:`_Pieces` of a :class:`Cubic` (rad) on the pieces centred at ``centres``."""
+    rho = 1.0 / len(centres)
+    x = centres[:, None]
+    phi0, a, b, c = cubic
+    gamma = jnp.broadcast_to(c * rho**3, (len(centres), *c.shape))
+    # γy³ = (3/4)γy + γ(y³ - 3y/4): the best linear fit to y³ on [-1, 1] goes into α, which
+    # leaves a residual of at most |γ|/4 for the series.
+    alpha = (a + (2 * b + 3 * c * x) * x) * rho + 0.75 * gamma
+    beta = (b + 3 * c * x) * rho**2
+    phase = phi0 + (a + (b + c * x) * x) * x
+    return _Pieces(alpha, beta, gamma, turn_phasor(phase * (1 / (2 * math.pi))), None, None)
+
+
+def _pieces_from_turns(cubic, centres):
+    """:class:`_Pieces` of a :class:`TurnsCubic`: φ_i and α formed with φ0 + a x_i and a ρ
+    as two-float pairs and reduced to fractions of a turn, from which their phasors come
+    (and β's from its own turns); α and β in rad to the relative precision of one float32."""
+    rho = 1.0 / len(centres)
+    x = centres[:, None].astype(np.float32)
+    a_pair, b, c = (cubic.a_hi, cubic.a_lo), cubic.b, cubic.c
+    linear = tf.add((cubic.phi0_hi, cubic.phi0_lo), tf.times_constant(a_pair, centres[:, None]))
+    phase_turns = tf.fraction(linear, (b + c * x) * x * x)
+    slope = tf.times_constant(a_pair, rho)
+    # α = (a + (2b + 3c x_i) x_i) ρ + (3/4) c ρ³ (the best linear fit to γy³, as in _pieces)
+    curvature = (2 * b + 3 * c * x) * x * rho + (0.75 * rho**3) * c
+    alpha_turns = tf.fraction(slope, curvature)
+    beta_turns = (b + 3 * c * x) * rho**2
+    gamma = jnp.broadcast_to((2 * math.pi * rho**3) * c, (len(centres), *c.shape))
+    return _Pieces(
+        (2 * math.pi) * (slope[0] + (slope[1] + curvature)),
+        (2 * math.pi) * beta_turns,
+        gamma,
+        turn_phasor(phase_turns),
+        SplitComplex(*turn_phasor(alpha_turns)),
+        SplitComplex(*turn_phasor(beta_turns)),
+    )
 
 
 def _translation_table(centres, n_moments):
