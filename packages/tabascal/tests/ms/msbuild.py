@@ -2,7 +2,9 @@
 
 build_ms writes a regular MS (rows by time, then spectral window, then baseline) from random
 values and returns what it wrote, so that tests can compute what tabascal should read with
-plain numpy; tests make it irregular afterwards with casacore table operations.
+plain numpy; tests make it irregular afterwards with casacore table operations
+(rewrite_rows reorders or drops rows), and expected_cells says, row by row, what a grid
+read of the result holds.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from tabascal.observation import geometry as geo
 CODES = {"I": 1, "RR": 5, "RL": 6, "LR": 7, "LL": 8, "XX": 9, "XY": 10, "YX": 11, "YY": 12}
 START_MJD_S = 5225680800.0  # 2024-06-21T10:00:00 UTC
 LAT, LON = np.deg2rad(-30.7), np.deg2rad(21.4)
+ROW_COLUMNS = ("TIME", "TIME_CENTROID", "INTERVAL", "EXPOSURE", "ANTENNA1", "ANTENNA2",
+               "DATA_DESC_ID", "FIELD_ID", "DATA", "FLAG", "FLAG_ROW", "SIGMA", "WEIGHT",
+               "UVW")  # fmt: skip
 
 
 @dataclass
@@ -38,6 +43,7 @@ class Written:
     chan_width: float
     phase_dir: np.ndarray  # (n_field, 2) J2000 rad
     corr_types: list
+    t_index: np.ndarray  # (n_rows,) the integration of each row
     extra: dict = field(default_factory=dict)
 
 
@@ -142,6 +148,7 @@ def build_ms(
         "FIELD_ID": field_id, "DATA": data, "FLAG": flag, "FLAG_ROW": flag_row,
         "SIGMA": sigma, "WEIGHT": 1 / sigma**2, "UVW": np.zeros((n_rows, 3)),
     }  # fmt: skip
+    assert set(columns) == set(ROW_COLUMNS)
     for name, value in columns.items():
         ms.putcol(name, value)
     ms.close()
@@ -149,7 +156,7 @@ def build_ms(
         data=data, flag=flag, flag_row=flag_row, sigma=sigma, ant1=columns["ANTENNA1"],
         ant2=columns["ANTENNA2"], time=time, ddid=ddid, field_id=field_id,
         positions=positions, dish=dish, freqs=freqs, chan_width=width, phase_dir=phase_dir,
-        corr_types=list(corr),
+        corr_types=list(corr), t_index=t_idx,
     )  # fmt: skip
 
 
@@ -159,3 +166,29 @@ def expected_cube(written: Written, values: np.ndarray, rows_mask: np.ndarray, n
     picked = values[rows_mask]
     cube = picked.reshape(n_time, -1, *picked.shape[1:])
     return np.moveaxis(cube, 0, -1)
+
+
+def rewrite_rows(path, source: np.ndarray) -> None:
+    """Make table row r of the MS at ``path`` its row ``source[r]`` (every column build_ms
+    fills): ``source`` may reorder the rows and leave some out."""
+    with tables.table(str(path), readonly=False, ack=False) as ms:
+        columns = {name: ms.getcol(name) for name in ROW_COLUMNS}
+        ms.removerows(np.arange(len(source), ms.nrows()))
+        for name, value in columns.items():
+            ms.putcol(name, value[source])
+
+
+def expected_cells(written: Written, source, a1, a2, n_time: int, corr: int = 0):
+    """vis, flags (n_bl, n_chan, n_time) that a read of correlation ``corr`` should give from
+    a table holding the written rows ``source`` (any order), with the baselines (a1, a2) (MS
+    antenna ids, the reader's order): each row's values copied to its (baseline, integration),
+    vis 0 and flagged where no row is. Written row by row, independently of the reader."""
+    column = {(int(p), int(q)): b for b, (p, q) in enumerate(zip(a1, a2, strict=True))}
+    n_chan = written.data.shape[1]
+    vis = np.zeros((len(column), n_chan, n_time), np.complex64)
+    flags = np.ones((len(column), n_chan, n_time), bool)
+    for r in source:
+        b, t = column[(int(written.ant1[r]), int(written.ant2[r]))], written.t_index[r]
+        vis[b, :, t] = written.data[r, :, corr]
+        flags[b, :, t] = written.flag[r, :, corr] | written.flag_row[r]
+    return vis, flags

@@ -26,6 +26,14 @@ def _selection_arguments(parser, column_help: str) -> None:
     )
     parser.add_argument("--spw", type=int, help="spectral window id (needed if several)")
     parser.add_argument("--field", type=int, help="field id (needed if several)")
+    parser.add_argument(
+        "--time-tolerance",
+        type=float,
+        default=0.1,  # as measurement_set.selection.TIME_TOLERANCE
+        metavar="FRACTION",
+        help="how far a row's TIME may lie from its integration of the grid, as a fraction of "
+        "INTERVAL (at least 0.001, below 0.5) [default 0.1]",
+    )
 
 
 def _fail(command: str, err: BaseException) -> int:
@@ -46,6 +54,32 @@ def _elevation_lines(meta) -> list[str]:
     ]
 
 
+def _grid_lines(meta, info: dict) -> list[str]:
+    """What import-ms did to read the MS's rows as a (time, baseline) grid, one line each."""
+    from tabascal.measurement_set.selection import SPACING_RTOL
+
+    lines = []
+    if info["correlation_in_place_of"]:
+        lines.append(
+            f"  Stokes {info['correlation_in_place_of']} asked: the data hold one correlation, "
+            f"{info['correlation']}, read in its place (an unpolarised sky has XX = YY = I)"
+        )
+    if not info["rows_in_time_order"]:
+        lines.append("  rows not in time order: read sorted by time, then baseline")
+    if info["max_time_offset"] > SPACING_RTOL:  # more than timestamps' own rounding
+        lines.append(
+            f"  timestamps up to {info['max_time_offset']:.3g} INTERVAL off the grid "
+            f"(tolerance {info['time_tolerance']:g}): each row placed on its nearest integration"
+        )
+    if info["rows_filled"]:
+        lines.append(
+            f"  {info['rows_filled']} (integration, baseline) rows missing from the MS "
+            f"({info['integrations_filled']} whole integrations): filled as flagged, "
+            f"{info['rows_filled'] * meta.n_freq} cells of vis 0"
+        )
+    return lines
+
+
 def _import_ms(args: argparse.Namespace) -> int:
     from tabascal.measurement_set import import_measurement_set
 
@@ -63,6 +97,7 @@ def _import_ms(args: argparse.Namespace) -> int:
             tle_file=args.tle,
             satellites=args.satellites or None,
             ut1_utc_s=args.ut1_utc,
+            time_tolerance=args.time_tolerance,
         )
     except FileExistsError:
         return _fail("import-ms", ValueError(f"{args.output} exists; add --overwrite"))
@@ -79,6 +114,8 @@ def _import_ms(args: argparse.Namespace) -> int:
     )
     if info["autocorrelation_rows_dropped"]:
         print(f"  {info['autocorrelation_rows_dropped']} autocorrelation rows left out")
+    for line in _grid_lines(meta, info):
+        print(line)
     if meta.n_sat:
         print(f"  {meta.n_sat} satellites, elevation during the observation:")
         for line in _elevation_lines(meta):
@@ -97,9 +134,10 @@ def add_import_ms(subparsers) -> None:
         "import-ms",
         help="convert a Measurement Set into an observation store",
         description="Read one data column, correlation, spectral window and field of a "
-        "Measurement Set (rows ordered by time, the same baselines in every integration; "
-        "autocorrelations are left out) into a zarr observation store. Needs the 'ms' extra: "
-        'pip install "tabascal[ms]".',
+        "Measurement Set into a zarr observation store. Rows may come in any order; each is "
+        "placed on the nearest integration of a grid spaced by INTERVAL, and baselines or "
+        "integrations without rows are filled as flagged; autocorrelations are left out. "
+        """Needs the 'ms' extra: pip install "tabascal[ms]".""",
     )
     parser.add_argument("ms", help="the Measurement Set")
     parser.add_argument("-o", "--output", required=True, help="store to create (e.g. obs.zarr)")
@@ -135,6 +173,7 @@ def _export_ms(args: argparse.Namespace) -> int:
             spw=args.spw,
             field=args.field,
             overwrite_columns=args.overwrite_columns,
+            time_tolerance=args.time_tolerance,
         )
     except TabascalError as err:
         return _fail("export-ms", err)

@@ -6,7 +6,9 @@ scalar visibility per cell: a parallel hand (XX, YY, RR, LL) or Stokes I. Stokes
 from an I correlation when the data hold one, else formed from the parallel hands as
 ``I = (XX + YY) / 2`` or ``(RR + LL) / 2`` (CASA's convention), with
 ``sigma_I = sqrt(sigma_XX^2 + sigma_YY^2) / 2`` (independent noise in the two hands) and a cell
-flagged when either hand is.
+flagged when either hand is. Data holding a single correlation that is a parallel hand (XX
+only, say, as single-feed arrays write) give that hand when Stokes I is asked: for an
+unpolarised sky XX = YY = I, and it is all the data say about I.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 STOKES_CODES = {"I": 1, "Q": 2, "U": 3, "V": 4, "RR": 5, "RL": 6, "LR": 7, "LL": 8}
 STOKES_CODES |= {"XX": 9, "XY": 10, "YX": 11, "YY": 12}
 CORRELATIONS = ("I", "XX", "YY", "RR", "LL")  # what tabascal can fit
+PARALLEL_HANDS = ("XX", "YY", "RR", "LL")
 PARALLEL_PAIRS = (("XX", "YY"), ("RR", "LL"))
 
 
@@ -32,12 +35,15 @@ class CorrelationPlan:
     """Which of the data's correlations make the fitted one, and how.
 
     name: the fitted correlation ('I', 'XX', ...). indices: the columns of the data's
-    correlation axis used, one (taken as is) or two parallel hands (averaged).
+    correlation axis used, one (taken as is) or two parallel hands (averaged). stands_for:
+    the correlation asked for when ``name`` is read in its place (Stokes I from the one hand
+    the data hold), else None.
     """
 
     name: str
     indices: tuple[int, ...]
     source_names: tuple[str, ...]
+    stands_for: str | None = None
 
     def vis(self, cells: np.ndarray) -> np.ndarray:
         """cells (..., n_corr) complex -> (...) complex64."""
@@ -76,8 +82,22 @@ def correlation_plan(corr_types, wanted: str) -> CorrelationPlan:
         for pair in PARALLEL_PAIRS:
             if all(p in names for p in pair):
                 return CorrelationPlan("I", tuple(names.index(p) for p in pair), pair)
+        if len(names) == 1 and names[0] in PARALLEL_HANDS:
+            return CorrelationPlan(names[0], (0,), (names[0],), stands_for="I")
         raise ValueError(
             f"Stokes I needs an I correlation or both parallel hands (XX and YY, or RR and LL); "
-            f"the data hold {', '.join(names)}"
+            f"the data hold {', '.join(names)}: {_choices(names)}"
         )
-    raise ValueError(f"correlation {wanted} is not in the data, which hold {', '.join(names)}")
+    raise ValueError(
+        f"correlation {wanted} is not in the data, which hold {', '.join(names)}: {_choices(names)}"
+    )
+
+
+def _choices(names: list[str]) -> str:
+    """What --correlation can choose among ``names``, for an error message."""
+    hands = [n for n in names if n in PARALLEL_HANDS]
+    if "I" in names or any(all(p in names for p in pair) for pair in PARALLEL_PAIRS):
+        hands.insert(0, "I")
+    if not hands:
+        return f"none of them can be fitted (--correlation chooses among {', '.join(CORRELATIONS)})"
+    return f"choose {' or '.join(hands)} with --correlation"

@@ -23,7 +23,7 @@ import zarr
 
 from tabascal.measurement_set import _casacore
 from tabascal.measurement_set.correlations import correlation_plan
-from tabascal.measurement_set.selection import MsError, scan, subtable
+from tabascal.measurement_set.selection import TIME_TOLERANCE, MsError, scan, subtable
 
 RESULT_COLUMNS = {"TAB_SKY_DATA": "sky_vis", "TAB_RFI_DATA": "rfi_vis", "TAB_RES_DATA": "residual"}
 COMMENTS = {
@@ -92,7 +92,8 @@ def _write_column(ms, column: str, fitted: np.ndarray, sel, indices, shapes: dic
     """Every row of ``column``: the fitted values (n_bl, n_freq, n_time) in the selection's
     rows and correlations ``indices``, zeros elsewhere."""
     position = np.full(sel.n_rows_table, -1, np.int64)
-    position[sel.row_index.ravel()] = np.arange(sel.row_index.size)
+    held = np.flatnonzero(sel.row_index.ravel() >= 0)  # filled cells have no row to write
+    position[sel.row_index.ravel()[held]] = held
     if sel.reversed:
         fitted = fitted[:, ::-1]
     for ddid, shape in shapes.items():
@@ -117,9 +118,11 @@ def export_results(
     spw: int | None = None,
     field: int | None = None,
     overwrite_columns: bool = False,
+    time_tolerance: float = TIME_TOLERANCE,
 ) -> ExportReport:
     """Add TAB_SKY_DATA, TAB_RFI_DATA and TAB_RES_DATA from ``results`` (a results.zarr) to
-    the Measurement Set ``ms_path``; the options select what the fit read (see module)."""
+    the Measurement Set ``ms_path``; the options select what the fit read (see module).
+    Cells the reader filled (no row in the MS) are not written anywhere."""
     tables = _casacore.tables()
     found = _results(results)
     ms_path = Path(ms_path)
@@ -135,7 +138,7 @@ def export_results(
                 f"{ms_path} already has column {existing[0]}; add --overwrite-columns to "
                 "replace the TAB_* columns (no other column is ever modified)"
             )
-        sel = scan(tables, ms_path, ms, spw, field)
+        sel = scan(tables, ms_path, ms, spw, field, time_tolerance)
         try:
             plan = correlation_plan(sel.corr_types, correlation)
         except ValueError as err:
@@ -162,4 +165,5 @@ def export_results(
                 _add_column(tables, ms, column, template)
             fitted = np.asarray(found["group"][array][...], np.complex64)
             _write_column(ms, column, fitted, sel, plan.indices, shapes, ddid_col)
-    return ExportReport(tuple(RESULT_COLUMNS), sel.row_index.size, plan.describe())
+    n_rows = sel.row_index.size - sel.n_rows_filled
+    return ExportReport(tuple(RESULT_COLUMNS), n_rows, plan.describe())

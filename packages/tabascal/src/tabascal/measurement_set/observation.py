@@ -18,9 +18,10 @@ def open_observation(path, rows: slice | None = None, *, truth: bool = True, **m
     """Baseline ``rows`` (all when None) of the observation at ``path``, a zarr store or a
     Measurement Set, as a :class:`tabascal.store.Observation`.
 
-    ``ms_options`` (column, correlation, spw, field, orbits, tle_file, satellites, ut1_utc_s)
-    apply to Measurement Sets only (see :class:`MeasurementSetReader`); a Measurement Set
-    without python-casacore raises :class:`MissingExtraError`, which says how to install it.
+    ``ms_options`` (column, correlation, spw, field, orbits, tle_file, satellites, ut1_utc_s,
+    time_tolerance) apply to Measurement Sets only (see :class:`MeasurementSetReader`); a
+    Measurement Set without python-casacore raises :class:`MissingExtraError`, which says how
+    to install it.
     """
     if is_measurement_set(path):
         from tabascal.measurement_set.reader import read_observation_ms

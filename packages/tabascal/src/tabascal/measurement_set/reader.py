@@ -1,10 +1,12 @@
 """A Measurement Set read as a tabascal :class:`~tabascal.store.Observation`.
 
-What is read (see :mod:`tabascal.measurement_set.selection` for which rows):
+What is read (see :mod:`tabascal.measurement_set.selection` for which rows, and how rows in
+any order, with jittered times or missing, make a (time, baseline) grid):
 
 - the visibilities of one data column (``DATA`` by default) in one correlation
   (:mod:`~tabascal.measurement_set.correlations`), flags from ``FLAG`` (of the correlations
-  used) OR ``FLAG_ROW``, non-finite values flagged too;
+  used) OR ``FLAG_ROW``, non-finite values flagged too; a (time, baseline) without a row in
+  the MS is filled with vis 0, flagged (a warning counts them);
 - the noise from ``SIGMA``, taken as the standard deviation of each of the real and imaginary
   parts (CASA's convention: ``WEIGHT = 1 / SIGMA^2``). Per baseline, the quadratic mean over
   the rows not flagged by ``FLAG_ROW`` (all rows if every one is); a warning is logged when a
@@ -14,9 +16,10 @@ What is read (see :mod:`tabascal.measurement_set.selection` for which rows):
   ``metadata['measurement_set']['antenna_ids']`` maps back), positions from ANTENNA
   ``POSITION`` (ITRF), the dish diameter is the smallest of theirs (its beam is the widest, so
   the sky model's field covers every station's; a warning when they differ);
-- times from ``TIME`` and ``INTERVAL``, channels from SPECTRAL_WINDOW ``CHAN_FREQ`` and
-  ``CHAN_WIDTH`` (descending channels are reversed to ascending), the phase centre from FIELD
-  ``PHASE_DIR`` (:mod:`~tabascal.measurement_set.frames`), gast0 the IAU 1982 GMST of the start;
+- times from ``TIME`` (each integration's median) and ``INTERVAL``, channels from
+  SPECTRAL_WINDOW ``CHAN_FREQ`` and ``CHAN_WIDTH`` (descending channels are reversed to
+  ascending), the phase centre from FIELD ``PHASE_DIR``
+  (:mod:`~tabascal.measurement_set.frames`), gast0 the IAU 1982 GMST of the start;
 - satellites: given orbits, else a TLE file and catalogue numbers, else the orbits tabascal
   stored in the MS when it wrote it (table keyword ``TABASCAL_ORBITS``), else none.
 
@@ -36,7 +39,7 @@ import numpy as np
 
 from tabascal.measurement_set import _casacore, frames
 from tabascal.measurement_set.correlations import correlation_names, correlation_plan
-from tabascal.measurement_set.selection import MsError, scan, subtable
+from tabascal.measurement_set.selection import TIME_TOLERANCE, MsError, scan, subtable
 from tabascal.observation import geometry as geo
 from tabascal.observation.tle import TleOrbits, load_tle_orbits
 from tabascal.store import Observation, ObservationMeta, row_blocks
@@ -81,7 +84,9 @@ class MeasurementSetReader:
     column: data column ('DATA', 'CORRECTED_DATA', ...). correlation: 'I' (default), 'XX',
     'YY', 'RR' or 'LL'. spw, field: ids to read (needed when the data hold several). orbits:
     the satellites; or tle_file with satellites (catalogue numbers, None: all in the file) and
-    ut1_utc_s. Use as a context manager, or call :meth:`close`.
+    ut1_utc_s. time_tolerance: how far (in INTERVALs, at least 0.001 and below 0.5) a row's
+    TIME may lie from its integration of the grid (:mod:`.selection`). Use as a context
+    manager, or call :meth:`close`.
     """
 
     def __init__(
@@ -96,6 +101,7 @@ class MeasurementSetReader:
         tle_file=None,
         satellites=None,
         ut1_utc_s: float = 0.0,
+        time_tolerance: float = TIME_TOLERANCE,
     ):
         tables = _casacore.tables()
         self.path = Path(path)
@@ -105,7 +111,7 @@ class MeasurementSetReader:
             raise MsError(f"{self.path} is not a Measurement Set (no table.dat)")
         self._table = tables.table(str(self.path), ack=False, readonly=True)
         try:
-            self._open(tables, column, correlation, spw, field)
+            self._open(tables, column, correlation, spw, field, time_tolerance)
             self.meta = self._read_meta(tables, orbits, tle_file, satellites, ut1_utc_s)
             noise = self._noise()
         except BaseException:
@@ -115,7 +121,7 @@ class MeasurementSetReader:
         self.noise = np.float64(noise[0]) if np.all(noise == noise[0]) else noise
         self.stats = ReadStats(0, 0)
 
-    def _open(self, tables, column, correlation, spw, field):
+    def _open(self, tables, column, correlation, spw, field, time_tolerance):
         names = self._table.colnames()
         if column not in names:
             data_columns = [c for c in names if c.endswith("DATA")]
@@ -123,11 +129,30 @@ class MeasurementSetReader:
         if self._table.getcoldesc(column).get("valueType") not in ("complex", "dcomplex"):
             raise MsError(f"column '{column}' of {self.path} is not complex")
         self.column = column
-        self.selection = scan(tables, self.path, self._table, spw, field)
+        self.selection = scan(tables, self.path, self._table, spw, field, time_tolerance)
         try:
             self.plan = correlation_plan(self.selection.corr_types, correlation)
         except ValueError as err:
             raise MsError(f"{self.path}: {err}") from None
+        if self.plan.stands_for:
+            log.warning(
+                "%s holds one correlation, %s: reading it for the Stokes %s asked (an "
+                "unpolarised sky has XX = YY = I); give --correlation %s to ask for it",
+                self.path,
+                self.plan.name,
+                self.plan.stands_for,
+                self.plan.name,
+            )
+        sel = self.selection
+        if sel.n_rows_filled:
+            log.warning(
+                "%s has no row for %d of the %d (integration, baseline) cells of the grid "
+                "(%d whole integrations): they are filled with vis 0, flagged",
+                self.path,
+                sel.n_rows_filled,
+                sel.row_index.size,
+                sel.n_times_filled,
+            )
         time_ref = self._table.getcolkeyword("TIME", "MEASINFO").get("Ref", "UTC")
         if time_ref != "UTC":
             raise MsError(f"{self.path}: TIME is in {time_ref}; tabascal reads UTC times")
@@ -149,9 +174,12 @@ class MeasurementSetReader:
     def _noise(self) -> np.ndarray:
         """Per-baseline noise (n_bl,) float64 from SIGMA and FLAG_ROW."""
         idx = self.selection.row_index
+        held = idx >= 0
+        idx = np.where(held, idx, 0)
         sigma = self.plan.sigma(self._table.getcol("SIGMA")[idx])  # (n_time, n_bl)
-        good = ~self._table.getcol("FLAG_ROW")[idx]
-        good[:, ~good.any(axis=0)] = True
+        good = held & ~self._table.getcol("FLAG_ROW")[idx]
+        unflagged = good.any(axis=0)
+        good[:, ~unflagged] = held[:, ~unflagged]
         var = np.where(good, sigma**2, 0.0).sum(axis=0) / good.sum(axis=0)
         noise = np.sqrt(var)
         bad = np.flatnonzero(~np.isfinite(noise) | (noise <= 0))
@@ -223,6 +251,12 @@ class MeasurementSetReader:
             "antenna_names": names,
             "autocorrelation_rows_dropped": sel.n_autocorrelations,
             "channels_reversed": sel.reversed,
+            "correlation_in_place_of": self.plan.stands_for,
+            "rows_in_time_order": sel.in_time_order,
+            "time_tolerance": sel.time_tolerance,
+            "max_time_offset": sel.max_time_offset,
+            "rows_filled": sel.n_rows_filled,
+            "integrations_filled": sel.n_times_filled,
         }
         return ObservationMeta(
             a1=a1,
@@ -272,15 +306,18 @@ class MeasurementSetReader:
         channels = slice(None, None, -1) if sel.reversed else slice(None)
         blocks = row_blocks(meta.n_time, max(1, BLOCK_BYTES // per_time)) if n_rows else []
         for times in blocks:
-            rownrs = sel.row_index[times, rows].ravel()
-            shape = (times.stop - times.start, n_rows, n_chan)
-            data = self._cells(self.column, rownrs)[:, channels]
-            cells = self.plan.vis(data).reshape(shape)
-            bad = self.plan.flags(self._cells("FLAG", rownrs)[:, channels]).reshape(shape)
-            bad |= self._cells("FLAG_ROW", rownrs).reshape(shape[:2])[..., None]
+            rownrs = sel.row_index[times, rows].T  # (n_rows, n_time in the block)
+            held = rownrs >= 0
+            if not held.any():
+                continue
+            rownrs = rownrs[held]
+            cells = self.plan.vis(self._cells(self.column, rownrs)[:, channels])
+            bad = self.plan.flags(self._cells("FLAG", rownrs)[:, channels])
+            bad |= self._cells("FLAG_ROW", rownrs)[:, None]
             bad |= ~np.isfinite(cells)
-            vis[:, :, times] = cells.transpose(1, 2, 0)
-            flags[:, :, times] = bad.transpose(1, 2, 0)
+            block = (slice(None), slice(None), times)
+            vis[block] = _scatter(held, cells, 0).transpose(0, 2, 1)
+            flags[block] = _scatter(held, bad, True).transpose(0, 2, 1)
         noise = self.noise if np.ndim(self.noise) == 0 else self.noise[rows]
         fields = {f.name: getattr(meta, f.name) for f in dataclasses.fields(ObservationMeta)}
         return Observation(
@@ -301,6 +338,14 @@ class MeasurementSetReader:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _scatter(held: np.ndarray, values: np.ndarray, fill) -> np.ndarray:
+    """values (n_held, n_chan) into (n_rows, n_time, n_chan) at the True cells of ``held``
+    (n_rows, n_time), ``fill`` elsewhere."""
+    out = np.full((*held.shape, values.shape[-1]), fill, values.dtype)
+    out[held] = values
+    return out
 
 
 def read_observation_ms(path, rows: slice | None = None, **options) -> Observation:

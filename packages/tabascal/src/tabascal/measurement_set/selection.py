@@ -2,12 +2,23 @@
 
 tabascal reads one spectral window and one field. Autocorrelations (ANTENNA1 == ANTENNA2) are
 always dropped: the model is of cross-correlations, and an autocorrelation's noise-power
-bias and statistics are not those of the likelihood. The selected rows must be ordered by
-TIME and every integration must hold the same set of baselines, each once, as correlators
-write them (their order within an integration may differ); integrations must be evenly spaced
-by INTERVAL without gaps, and channels evenly spaced by their width. Each irregularity is an
-:class:`MsError` that names it. Only the small columns (TIME, ANTENNA1, ANTENNA2, INTERVAL and,
-when the MS has several of them, DATA_DESC_ID and FIELD_ID) are read here.
+bias and statistics are not those of the likelihood.
+
+The rows are taken as telescopes write them, in any order. Each is placed on the nearest
+integration of a grid spaced by the median INTERVAL (the integration time the store records,
+so that grid and ``int_time`` agree), whose origin is the median offset of the rows' TIMEs
+from it; a row may lie up to ``time_tolerance`` INTERVALs (default 0.1) from its
+integration, and one further off is an :class:`MsError` naming it. An integration's time is
+the median TIME of its rows (exactly theirs when they agree, as correlators write them).
+The baselines are every pair that appears in some integration, in the order they first
+appear in time order; a (integration, baseline) without a row, whether a baseline missing
+from an integration or an integration missing from the grid, has row -1, which the reader
+fills with flagged cells (refused when more integrations would be filled than hold rows, as
+one stray TIME would make). Still refused, each with an :class:`MsError` naming the rows: a
+baseline twice in an integration, an antenna not in the ANTENNA table, INTERVAL varying,
+channels of unequal widths or not evenly spaced by them. Only the small columns (TIME,
+ANTENNA1, ANTENNA2, INTERVAL and, when the MS has several of them, DATA_DESC_ID and
+FIELD_ID) are read here.
 """
 
 from __future__ import annotations
@@ -19,7 +30,8 @@ import numpy as np
 
 from tabascal import TabascalError
 
-SPACING_RTOL = 1e-3  # allowed relative jitter of integration starts and of INTERVAL
+SPACING_RTOL = 1e-3  # allowed relative jitter of INTERVAL; the least time tolerance
+TIME_TOLERANCE = 0.1  # default allowed offset of a TIME from its integration, in INTERVALs
 CHANNEL_RTOL = 1e-6  # allowed relative jitter of channel widths and spacings
 
 
@@ -31,12 +43,16 @@ class MsError(TabascalError, ValueError):
 class MsSelection:
     """One spectral window and field of an MS as a grid of rows.
 
-    row_index: (n_time, n_bl) int64, the table row of each (integration, baseline), baselines
-    in the order of the first integration. ant1, ant2: (n_bl,) MS antenna ids. time_mjd_s:
-    (n_time,) TIME of each integration (MJD seconds, UTC). interval_s: INTERVAL. ddid, spw,
-    pol, field: the ids selected. corr_types: (n_corr,) CASA codes. chan_freq_hz: (n_chan,)
-    ascending; reversed: whether the MS stores them descending. chan_width_hz: > 0.
-    n_autocorrelations: rows dropped for being autocorrelations. n_rows_table: all rows.
+    row_index: (n_time, n_bl) int64, the table row of each (integration, baseline), -1 where
+    the MS has none (filled with flagged cells when read). ant1, ant2: (n_bl,) MS antenna ids,
+    in the order the baselines first appear in time order. time_mjd_s: (n_time,) TIME of each
+    integration (MJD seconds, UTC): the median of its rows', the grid's where it has none.
+    interval_s: INTERVAL, the grid's spacing. ddid, spw, pol, field: the ids selected.
+    corr_types: (n_corr,) CASA codes. chan_freq_hz: (n_chan,) ascending; reversed: whether the
+    MS stores them descending. chan_width_hz: > 0. n_autocorrelations: rows dropped for being
+    autocorrelations. n_rows_table: all rows. in_time_order: whether the selected rows were
+    ordered by TIME. time_tolerance: the largest offset of a TIME from its integration allowed,
+    max_time_offset: the largest found (both in INTERVALs).
     """
 
     row_index: np.ndarray
@@ -54,6 +70,9 @@ class MsSelection:
     reversed: bool
     n_autocorrelations: int
     n_rows_table: int
+    in_time_order: bool
+    time_tolerance: float
+    max_time_offset: float
 
     @property
     def n_time(self) -> int:
@@ -62,6 +81,16 @@ class MsSelection:
     @property
     def n_bl(self) -> int:
         return self.row_index.shape[1]
+
+    @property
+    def n_rows_filled(self) -> int:
+        """(integration, baseline) cells of the grid without a row in the MS."""
+        return int(np.count_nonzero(self.row_index < 0))
+
+    @property
+    def n_times_filled(self) -> int:
+        """Integrations of the grid without any row in the MS."""
+        return int(np.count_nonzero(np.all(self.row_index < 0, axis=1)))
 
 
 def subtable(tables, path: Path, name: str):
@@ -105,61 +134,107 @@ def _field_mask(tables, path: Path, ms, in_spw: np.ndarray, field: int | None):
     return field_col == chosen, chosen
 
 
-def _baseline_grid(keys: np.ndarray, starts: np.ndarray, n_ant: int, times: np.ndarray):
-    """Check that every integration holds the baselines of the first once each; returns the
-    (n_time, n_bl) positions (into the selected rows) in the first integration's order."""
-    counts = np.diff(np.append(starts, keys.size))
-    first = keys[: counts[0]]
-    first_sorted = np.sort(first)
-    if np.any(first_sorted[1:] == first_sorted[:-1]):
-        k = int(first_sorted[np.flatnonzero(first_sorted[1:] == first_sorted[:-1])[0]])
-        raise MsError(f"baseline {divmod(k, n_ant)} appears twice in integration 0")
-    uneven = np.flatnonzero(counts != counts[0])
-    if uneven.size:
-        t = int(uneven[0])
-        block = set(keys[starts[t] : starts[t] + counts[t]].tolist())
-        missing = sorted(set(first.tolist()) - block)[:5]
-        extra = sorted(block - set(first.tolist()))[:5]
+def _check_antennas(rows: np.ndarray, ant1: np.ndarray, ant2: np.ndarray, n_ant: int):
+    outside = np.flatnonzero((np.minimum(ant1, ant2) < 0) | (np.maximum(ant1, ant2) >= n_ant))
+    if outside.size:
+        named = ", ".join(f"{rows[r]} ({ant1[r]}, {ant2[r]})" for r in outside[:5])
         raise MsError(
-            f"integration {t} (TIME {times[t]:.3f}) holds {counts[t]} baselines, the first "
-            f"{counts[0]}: missing {[divmod(k, n_ant) for k in missing]}, extra "
-            f"{[divmod(k, n_ant) for k in extra]} (ANTENNA1, ANTENNA2); every integration must "
-            "hold the same baselines: flag missing data rather than removing its rows"
+            f"{outside.size} rows have a baseline of an antenna not in the ANTENNA table (ids "
+            f"0 to {n_ant - 1}): rows {named} (ANTENNA1, ANTENNA2); the MS is inconsistent"
         )
-    grid = keys.reshape(counts.size, counts[0])
-    order = np.argsort(grid, axis=1, kind="stable")
-    sorted_keys = np.take_along_axis(grid, order, axis=1)
-    bad = np.flatnonzero(np.any(sorted_keys != first_sorted, axis=1))
-    if bad.size:
-        t = int(bad[0])
-        diff = sorted(set(sorted_keys[t].tolist()) ^ set(first.tolist()))[:5]
-        raise MsError(
-            f"integration {t} (TIME {times[t]:.3f}) holds other baselines than the first "
-            f"(differing: {[divmod(k, n_ant) for k in diff]}) or one twice; every integration "
-            "must hold the same baselines"
-        )
-    rank = np.argsort(np.argsort(first, kind="stable"), kind="stable")
-    positions = order + (starts[:, None])
-    return positions[:, rank]
 
 
-def _check_times(times: np.ndarray, interval: np.ndarray) -> float:
+def _interval(rows: np.ndarray, interval: np.ndarray) -> float:
     int_time = float(np.median(interval))
-    if np.ptp(interval) > SPACING_RTOL * int_time:
-        raise MsError(
-            f"INTERVAL varies from {interval.min():.6g} to {interval.max():.6g} s; tabascal "
-            "needs one integration time"
-        )
-    steps = np.diff(times)
-    off = np.flatnonzero(np.abs(steps - int_time) > SPACING_RTOL * int_time)
+    off = np.flatnonzero(np.abs(interval - int_time) > SPACING_RTOL * int_time)
     if off.size:
-        k = int(off[0])
+        named = ", ".join(f"{rows[r]} ({interval[r]:.6g} s)" for r in off[:5])
         raise MsError(
-            f"integration {k + 1} starts {steps[k]:.6g} s after integration {k}, expected "
-            f"{int_time:.6g} s (INTERVAL): integrations must be evenly spaced without gaps "
-            "(flag missing integrations rather than removing their rows)"
+            f"INTERVAL varies from {interval.min():.6g} to {interval.max():.6g} s (median "
+            f"{int_time:.6g} s; rows {named}); tabascal needs one integration time"
         )
     return int_time
+
+
+def _time_grid(rows: np.ndarray, times: np.ndarray, int_time: float, tolerance: float):
+    """The integration of each row (n_rows,) int64 on a grid spaced by INTERVAL, its largest
+    offset from the grid (a fraction of INTERVAL), and the (n_time,) TIME of each integration:
+    the median of its rows' TIMEs (exactly theirs when they agree), the grid's where it has
+    none. The grid's origin is the median offset of the rows from the first TIME's grid, so
+    that no single jittered timestamp sets it."""
+    if not SPACING_RTOL <= tolerance < 0.5:
+        raise MsError(
+            f"time tolerance {tolerance:g} is outside [{SPACING_RTOL:g}, 0.5): each row is "
+            "placed on the nearest integration, so it must be nearer one than the next"
+        )
+    rel = times - times.min()
+    slot = np.rint(rel / int_time)
+    origin = float(np.median(rel - slot * int_time))
+    slot = np.rint((rel - origin) / int_time)
+    origin += slot.min() * int_time
+    slot = (slot - slot.min()).astype(np.int64)
+    offset = (rel - origin) / int_time - slot
+    bad = np.flatnonzero(np.abs(offset) > tolerance)
+    if bad.size:
+        named = ", ".join(f"{rows[r]} (TIME {times[r]:.3f}, {offset[r]:+.3f})" for r in bad[:5])
+        raise MsError(
+            f"{bad.size} rows lie more than {tolerance:g} INTERVAL from the nearest integration "
+            f"of the grid of {int_time:.6g} s (INTERVAL) steps from TIME "
+            f"{times.min() + origin:.3f}: rows {named} (offsets in INTERVALs); raise the time "
+            "tolerance (--time-tolerance, below 0.5) if each belongs to its nearest integration"
+        )
+    _check_gaps(rows, times, slot, int_time)
+    n_time = int(slot.max()) + 1
+    order = np.lexsort((times, slot))
+    counts = np.bincount(slot, minlength=n_time)
+    first = np.cumsum(counts) - counts
+    time_mjd_s = times.min() + origin + int_time * np.arange(n_time)
+    held = counts > 0
+    low = times[order[first[held] + (counts[held] - 1) // 2]]
+    high = times[order[first[held] + counts[held] // 2]]
+    time_mjd_s[held] = (low + high) / 2
+    return slot, float(np.abs(offset).max()), time_mjd_s
+
+
+def _check_gaps(rows: np.ndarray, times: np.ndarray, slot: np.ndarray, int_time: float):
+    """Refuse a grid that would be mostly filled cells (before allocating it: one stray TIME
+    can put a row years from the others)."""
+    held = np.unique(slot)
+    n_empty = int(held[-1]) + 1 - held.size
+    if n_empty > held.size:
+        k = int(np.argmax(np.diff(held)))
+        after = np.flatnonzero(slot == held[k + 1])[:5]
+        raise MsError(
+            f"the rows span {held[-1] + 1} integrations of {int_time:.6g} s but only "
+            f"{held.size} hold any; the largest gap is {held[k + 1] - held[k] - 1} "
+            f"integrations, before rows {', '.join(str(rows[r]) for r in after)} (TIME "
+            f"{times[after[0]]:.3f}); tabascal fills missing integrations with flagged cells, "
+            "which here would be most of the store: select the time range to read, e.g. taql "
+            '"select from obs.ms where TIME < ... giving part.ms as plain"'
+        )
+
+
+def _baseline_grid(rows: np.ndarray, slot: np.ndarray, keys: np.ndarray, n_ant: int, n_time: int):
+    """The (n_time, n_bl) table row of each (integration, baseline), -1 where the MS has none,
+    and the baselines' keys (ANTENNA1 * n_ant + ANTENNA2) in the order they first appear in
+    time order (so a regular MS keeps its first integration's order)."""
+    in_time_order = np.argsort(slot, kind="stable")
+    found, first = np.unique(keys[in_time_order], return_index=True)
+    rank = np.argsort(np.argsort(first, kind="stable"), kind="stable")
+    n_bl = found.size
+    cell = slot * n_bl + rank[np.searchsorted(found, keys)]
+    by_cell = np.argsort(cell, kind="stable")
+    twice = np.flatnonzero(np.diff(cell[by_cell]) == 0)
+    if twice.size:
+        r0, r1 = by_cell[twice[0]], by_cell[twice[0] + 1]
+        raise MsError(
+            f"baseline {divmod(int(keys[r0]), n_ant)} appears twice in integration "
+            f"{slot[r0]} (rows {rows[r0]} and {rows[r1]}; {twice.size} such pairs); each "
+            "baseline may appear once per integration"
+        )
+    row_index = np.full(n_time * n_bl, -1, np.int64)
+    row_index[cell] = rows
+    return row_index.reshape(n_time, n_bl), found[np.argsort(first, kind="stable")]
 
 
 def _channels(tables, path: Path, spw: int):
@@ -167,9 +242,12 @@ def _channels(tables, path: Path, spw: int):
         freq = np.asarray(sw.getcell("CHAN_FREQ", spw), dtype=np.float64)
         width = np.abs(np.asarray(sw.getcell("CHAN_WIDTH", spw), dtype=np.float64))
     if np.ptp(width) > CHANNEL_RTOL * width.max():
+        odd = np.flatnonzero(np.abs(width - np.median(width)) > CHANNEL_RTOL * width.max())
+        named = ", ".join(f"{c} ({width[c]:.6g} Hz)" for c in odd[:5])
         raise MsError(
             f"channel widths of spectral window {spw} vary ({width.min():.6g} to "
-            f"{width.max():.6g} Hz); tabascal needs equal channels"
+            f"{width.max():.6g} Hz; median {np.median(width):.6g} Hz, channels {named}); "
+            "tabascal needs equal channels"
         )
     reverse = freq.size > 1 and freq[1] < freq[0]
     freq = freq[::-1] if reverse else freq
@@ -182,9 +260,17 @@ def _channels(tables, path: Path, spw: int):
     return freq, float(width[0]), bool(reverse)
 
 
-def scan(tables, path: Path, ms, spw: int | None = None, field: int | None = None):
+def scan(
+    tables,
+    path: Path,
+    ms,
+    spw: int | None = None,
+    field: int | None = None,
+    time_tolerance: float = TIME_TOLERANCE,
+):
     """The :class:`MsSelection` of spectral window ``spw`` and field ``field`` (each may be
-    None when the data hold only one) of the open main table ``ms``."""
+    None when the data hold only one) of the open main table ``ms``; rows may lie up to
+    ``time_tolerance`` INTERVALs from their integration of the grid (see the module)."""
     in_spw, ddid, pol, spw_id = _data_description(tables, path, ms, spw)
     in_field, field_id = _field_mask(tables, path, ms, in_spw, field)
     ant1, ant2 = ms.getcol("ANTENNA1"), ms.getcol("ANTENNA2")
@@ -193,30 +279,22 @@ def scan(tables, path: Path, ms, spw: int | None = None, field: int | None = Non
     rows = np.flatnonzero(chosen & ~auto)
     if rows.size == 0:
         raise MsError(f"{path} has no cross-correlation rows in the selection")
-    times = ms.getcol("TIME")[rows]
-    back = np.flatnonzero(np.diff(times) < 0)
-    if back.size:
-        r = rows[back[0] + 1]
-        raise MsError(
-            f"rows are not in time order (row {r} has an earlier TIME than row {rows[back[0]]}); "
-            f'sort the MS, e.g. taql "select from {path} orderby TIME, ANTENNA1, ANTENNA2 '
-            f'giving sorted.ms as plain"'
-        )
-    starts = np.flatnonzero(np.r_[True, np.diff(times) > 0])
+    ant1, ant2 = ant1[rows].astype(np.int64), ant2[rows].astype(np.int64)
     with subtable(tables, path, "ANTENNA") as ants:
         n_ant = ants.nrows()
-    keys = ant1[rows].astype(np.int64) * n_ant + ant2[rows]
-    positions = _baseline_grid(keys, starts, n_ant, times[starts])
-    int_time = _check_times(times[starts], ms.getcol("INTERVAL")[rows])
+    _check_antennas(rows, ant1, ant2, n_ant)
+    times = ms.getcol("TIME")[rows]
+    int_time = _interval(rows, ms.getcol("INTERVAL")[rows])
+    slot, max_offset, time_mjd_s = _time_grid(rows, times, int_time, time_tolerance)
+    row_index, keys = _baseline_grid(rows, slot, ant1 * n_ant + ant2, n_ant, time_mjd_s.size)
     with subtable(tables, path, "POLARIZATION") as pols:
         corr_types = np.asarray(pols.getcell("CORR_TYPE", pol))
     freq, width, reverse = _channels(tables, path, spw_id)
-    first = rows[positions[0]]
     return MsSelection(
-        row_index=rows[positions],
-        ant1=ant1[first],
-        ant2=ant2[first],
-        time_mjd_s=times[starts],
+        row_index=row_index,
+        ant1=keys // n_ant,
+        ant2=keys % n_ant,
+        time_mjd_s=time_mjd_s,
         interval_s=int_time,
         ddid=ddid,
         spw=spw_id,
@@ -228,4 +306,7 @@ def scan(tables, path: Path, ms, spw: int | None = None, field: int | None = Non
         reversed=reverse,
         n_autocorrelations=int(auto.sum()),
         n_rows_table=ms.nrows(),
+        in_time_order=bool(np.all(np.diff(times) >= 0)),
+        time_tolerance=float(time_tolerance),
+        max_time_offset=max_offset,
     )
