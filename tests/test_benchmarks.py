@@ -77,3 +77,23 @@ def test_science_scores_agree_with_the_run_summary_and_the_twin_has_no_rfi(tmp_p
     assert record["n_satellites"] == 2 and 0 < record["flagged_by_3_sigma"] <= 1
     assert record["sky_over_twin"] == record["sky_over_noise"] / record["twin_sky_over_noise"]
     assert science._met(record)["rfi"] == (record["rfi_over_noise"] <= 0.2)
+
+
+def test_rfi_floor_of_exact_amplitudes_is_within_the_averaging_tolerance_for_gnss(tmp_path):
+    """benchmarks/rfi_floor.py's measure at a tiny size: the operators fed the simulation's
+    exact amplitudes reproduce the true RFI of slow (GNSS) satellites to within the averaging
+    error the fine sampling is sized for (rfi.tolerance, 0.1 of the noise)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import rfi_floor
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    from tabascal.simulate import simulate, simulation_config
+    from tabascal.store import read_observation
+
+    tiny = {"array": {"n_stations": 5}, "observation": {"n_time": 10, "n_freq": 2}}
+    simulate(simulation_config("demo", tiny), tmp_path / "tiny.zarr", progress=False)
+    value, groups = rfi_floor.floor(read_observation(tmp_path / "tiny.zarr"), 3)
+    print(f"floor {value:.4f} x noise, groups {groups}")
+    # Measured 0.057; the bound is the tolerance the sampling is built to (rfi.tolerance).
+    assert groups and value < 0.1, value

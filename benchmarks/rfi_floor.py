@@ -1,0 +1,90 @@
+"""What the data grid can hold: the RFI visibilities the operators predict from the
+simulation's exact per-antenna amplitudes, against the true RFI visibilities, over the noise.
+
+The model gives the RFI operators each antenna's signal at the centre of each integration, and
+they interpolate it (``rfi.time_stencil`` points) to their fine samples. Fed the simulation's
+own amplitudes there (``truth.rfi_amp``) in float64, the prediction's rms error against the
+truth's RFI visibilities (both before the gains) is the floor no fit of either signal model can
+go under, whatever its parameters: for GNSS satellites the averaging tolerance
+(``rfi.tolerance``); for a LEO, whose amplitude swings across the station beam's sidelobes
+within an integration, more.
+
+    python benchmarks/rfi_floor.py --scenarios demo leo-pass leo-rising --time-stencils 3 5 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import _common
+
+SCENARIOS = Path(__file__).resolve().parent / "scenarios"
+
+
+def _arguments(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenarios", nargs="+", default=["demo", "leo-pass", "leo-rising"])
+    parser.add_argument("--time-stencils", nargs="+", type=int, default=[3])
+    parser.add_argument("--json", type=Path)
+    return parser.parse_args(argv)
+
+
+def floor(obs, time_stencil: int) -> tuple[float, dict]:
+    """(rms error / mean noise, RFI groups) of the operators fed the exact amplitudes."""
+    import jax
+    import numpy as np
+
+    from tabascal.config import run_config
+    from tabascal.model import joint, rfi_vis
+
+    with jax.enable_x64(True):
+        config = run_config.load({"precision": "double", "rfi": {"time_stencil": time_stencil}})
+        model = joint.build(obs, run_config.model_config(config))
+        c = model.constants
+        amp = jax.numpy.asarray(obs.truth.rfi_amp, jax.numpy.complex128)
+        predicted = np.zeros(obs.vis.shape, np.complex128)
+        for group, tables in zip(model.spec.groups, c.groups, strict=True):
+            vis = rfi_vis.evaluate_group(
+                group, tables, amp, c.phase, c.delay_us, c.freq_mhz, model.spec.rfi_vis
+            )
+            predicted[np.asarray(tables.rows)] = np.asarray(vis)
+    error = np.sqrt(np.mean(np.abs(predicted - obs.truth.rfi_vis) ** 2))
+    return float(error / np.mean(obs.noise)), model.info["rfi_groups"]
+
+
+def main(argv=None) -> list[dict]:
+    options = _arguments(argv)
+    from tabascal.config import load_yaml
+    from tabascal.simulate import simulate, simulation_config
+    from tabascal.store import read_observation
+
+    base = _common.provenance(["benchmarks/rfi_floor.py", *(argv or sys.argv[1:])])
+    records = []
+    with tempfile.TemporaryDirectory() as where:
+        for name in options.scenarios:
+            store = Path(where) / f"{name}.zarr"
+            scenario = load_yaml(SCENARIOS / f"{name}.yaml")
+            simulate(simulation_config("demo", scenario), store, progress=False)
+            obs = read_observation(store)
+            for stencil in options.time_stencils:
+                value, groups = floor(obs, stencil)
+                records.append(
+                    {
+                        **base,
+                        "scenario": name,
+                        "time_stencil": stencil,
+                        "rfi_floor_over_noise": value,
+                        "rfi_groups": groups,
+                    }
+                )
+                print(f"{name:>16}  time stencil {stencil}  floor {value:.3f} x noise  {groups}")
+    path = _common.write_json(records, options.json, "rfi_floor")
+    print(f"wrote {path}")
+    return records
+
+
+if __name__ == "__main__":
+    main()
