@@ -101,6 +101,35 @@ def test_dropping_the_cubic_term_changes_results_by_more_than_1e4():
     assert _relative_error(with_cubic, ref) < 1e-6
 
 
+def _with_d3(args, scale):
+    """Analytic arguments with every delay's third derivative scaled by ``scale``."""
+    delay = args[2].copy()
+    delay[..., 3] *= scale
+    return (*args[:2], delay, *args[3:])
+
+
+def test_zero_cubic_terms_equals_delays_without_a_third_derivative():
+    args, _ = _regime_case(2, True)
+    without = np.asarray(analytic_eval_with_indices(IDX, *args, cubic_terms=0))
+    no_d3 = _with_d3(args, 0.0)
+    np.testing.assert_array_equal(without, analytic_eval_with_indices(IDX, *no_d3, cubic_terms=0))
+    # Against dense quadrature of the phase without its cubic term: measured 9.5e-16.
+    assert _relative_error(without, analytic_reference(A1, A2, *no_d3)) < 1e-13
+
+
+def test_zero_cubic_terms_errs_by_more_as_the_third_derivative_grows():
+    args, _ = _regime_case(2, True)
+    errors = []
+    for scale in (1.0, 4.0, 16.0):
+        scaled = _with_d3(args, scale)
+        without = analytic_eval_with_indices(IDX, *scaled, cubic_terms=0)
+        errors.append(_relative_error(without, analytic_reference(A1, A2, *scaled)))
+    # Against the full dense quadrature, cubic included: measured 1.1e-3, 4.6e-3, 1.7e-2, about
+    # as the largest c (C_OF_D3, from 0.065 to 1.05 rad).
+    assert errors[0] > 1e-5
+    assert errors[0] < errors[1] < errors[2], errors
+
+
 @pytest.mark.parametrize("order", [1, 2, 3, 6])
 def test_delay_orders_above_three_are_negligible_for_realistic_derivatives(order):
     # Derivatives fall by omega = 1e-2 /s per order (a fast low-orbit pass): d1 ~ 0.3 us/s gives

@@ -282,7 +282,9 @@ def analytic_eval_with_indices(
         dnu_mhz: (n_int_f,) fine offsets from the channel centre (MHz).
         int_time: integration time (s), a positive scalar.
         freq_mhz: (n_freq,) channel centres (MHz).
-        segments, terms, cubic_terms: closed-form options, in 1..1024, 1..32 and 0..8.
+        segments, terms, cubic_terms: closed-form options, in 1..1024, 1..32 and 0..8
+            (:mod:`ri_kernels._phase_moments`); ``cubic_terms=0`` drops the cubic phase
+            ``c x**3``: the result is that of delays without a third derivative.
         memory_budget_bytes: approximate bytes of intermediates per block of (baseline, cell).
 
     Returns:

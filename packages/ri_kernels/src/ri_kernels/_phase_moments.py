@@ -13,8 +13,10 @@ M_n = mean_y y^n exp(i(αy + βy²)) the residual is a series of ``cubic_terms``
 
     P_j = Σ_{k=0..K} (iγ)^k/k! Σ_l binom(k, l) (-3/4)^(k-l) M_{j+k+2l},
 
-(K = 0: the cubic enters only through α and β), and W_m = mean_i exp(iφ_i)
-Σ_j binom(m, j) x_i^(m-j) ρ^j P_j translates back to x exactly.
+and W_m = mean_i exp(iφ_i) Σ_j binom(m, j) x_i^(m-j) ρ^j P_j translates back to x exactly.
+K = 0 drops the cubic phase altogether, as upstream ri-kernels documents it: c is taken as
+zero before the pieces are formed, so the phase is quadratic across each piece and W is that
+of (φ0, a, b, 0), with ∂W/∂c = 0. K >= 1 keeps c in φ_i, α and β and adds K residual terms.
 
 The quadratic moments M_n, n <= N = n_moments - 1 + 3K, come from one of two methods:
 
@@ -35,7 +37,7 @@ Accuracy (float64; largest error over m relative to max_m |W|; against dense Gau
 quadrature, tests/test_phase_moments.py): defaults (2, 6, 3) <= 3e-9 for |a| <= 1e4,
 |b| <= 1e3, |c| <= 0.5 and across every branch edge; the cubic series limits them at larger
 |c| (4e-8 at |c| = 1, 7e-7 at 2, 4e-6 at 3, 6e-5 at 6.3), where (4, 16, 3) gives <= 2e-8.
-(1, 6, 0) drops the residual cubic: exact only for c = 0. Float32 inputs with x64 on: within
+(1, 6, 0) drops the cubic: exact only for c = 0. Float32 inputs with x64 on: within
 1e-6 of float64.
 
 Without x64 the work is float32, where the angles φ_i and α of a winding of 1e4 rad, formed
@@ -123,7 +125,7 @@ class _MomentOptions(NamedTuple):
     n_moments: number of moments W_0..W_{n_moments-1}, 1..17.
     segments: equal pieces [-1, 1] is split into, 1..1024.
     terms: terms of the curvature expansion, 1..32.
-    cubic_terms: terms K of the residual cubic series, 0..8.
+    cubic_terms: terms K of the residual cubic series, 0..8; 0 drops the cubic phase.
     """
 
     n_moments: int
@@ -207,9 +209,12 @@ def _trailing(phi0, a, b, c, n_moments, segments, terms, cubic_terms):
 @_moments.defjvp
 def _moments_jvp(n_moments, segments, terms, cubic_terms, primals, tangents):
     # ∂W_m/∂φ0 = i W_m, ∂W_m/∂a = i W_{m+1}, ∂W_m/∂b = i W_{m+2}, ∂W_m/∂c = i W_{m+3}: the
-    # derivatives are three more moments, not a trip back through the recurrences.
+    # derivatives are three more moments, not a trip back through the recurrences. Without
+    # the cubic (cubic_terms = 0) W does not depend on c.
     extended = _trailing(*primals, n_moments + 3, segments, terms, cubic_terms)
     value = extended[..., :n_moments]
+    if cubic_terms == 0:
+        tangents = tangents[:3]
     slope = sum(extended[..., k : k + n_moments] * t[..., None] for k, t in enumerate(tangents))
     return value, 1j * slope
 
@@ -218,6 +223,9 @@ def _flat(cubic, n_moments, segments, terms, cubic_terms):
     """W of a :class:`Cubic` or :class:`TurnsCubic` of 1-D arrays as (real, imaginary) parts,
     each (n_moments, size): the expansion everywhere, then the curved pieces."""
     options = _MomentOptions(n_moments, segments, terms, cubic_terms)
+    if cubic_terms == 0:
+        # No cubic phase at all (module docstring), rather than c left in φ_i, α and β.
+        cubic = cubic._replace(c=jnp.zeros_like(cubic.c))
     if cubic[0].size <= _CHUNK:
         # One chunk: both methods on every element, one program to compile instead of two.
         w, _ = _evaluate(cubic, options, with_curved=True)
