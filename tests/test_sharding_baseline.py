@@ -67,6 +67,9 @@ def _reference(obs, route):
 
 
 def _relative(a, b) -> float:
+    # Relative to the largest cell, not per cell: a gradient cell is a sum whose terms cancel
+    # (cells go down to a few 1e-6 of the largest here), so its rounding scales with the
+    # largest terms.
     a, b = np.asarray(a), np.asarray(b)
     return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
 
@@ -94,13 +97,15 @@ def test_sharded_loss_and_gradient_equal_single_device(obs, route, n_dev):
         _relative(g, w) for g, w in zip(*map(jax.tree.leaves, (grad, ref_grad)), strict=True)
     )
     print(f"{route} on {n_dev}: loss {abs(float(value) / ref_value - 1):.1e}, grad {worst:.1e}")
-    assert abs(float(value) - ref_value) <= 1e-10 * abs(ref_value)
+    # float64, every case: loss measured 1.1e-15 at most (hybrid on 2), gradient 4.2e-16 (rfi,
+    # hybrid on 3 and 4; per cell it would read 1.7e-13, quadrature on 3, sky).
+    assert abs(float(value) - ref_value) <= 2e-13 * abs(ref_value)
     for name, got, want in zip(
         ("sky", "rfi", "gains"), grad, ref_grad, strict=True
     ):  # per component, every leaf
         for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
             assert g.shape == w.shape, name
-            assert _relative(g, w) <= 1e-10, (name, _relative(g, w))
+            assert _relative(g, w) <= 5e-14, (name, _relative(g, w))
 
     # The sharded route ran: one block of B rows per device on P("bl").
     n_bl = model.spec.n_bl
@@ -154,5 +159,6 @@ def test_twenty_fit_steps_on_four_devices_reach_the_single_device_chi2(obs):
         for _ in range(20):
             state, _, aux = step(state, inputs)
         chi2[axis] = float(aux["chi2"])
-    print(f"reduced chi-squared after 20 steps: {chi2}")
-    assert abs(chi2["baseline"] - chi2["none"]) <= 1e-9 * chi2["none"]
+    apart = abs(chi2["baseline"] / chi2["none"] - 1)
+    print(f"reduced chi-squared after 20 steps: {chi2}, {apart:.1e} apart")
+    assert abs(chi2["baseline"] - chi2["none"]) <= 1e-13 * chi2["none"]  # measured 8.9e-16

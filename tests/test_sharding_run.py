@@ -38,6 +38,11 @@ def _run(store, out, axis, config, *extra):
     return json.loads((out / "summary.json").read_text())
 
 
+def _print_chi2_apart(route, summary, plain):
+    apart = {k: f"{abs(summary[k] / plain[k] - 1):.1e}" for k in ("chi2_init", "chi2_final")}
+    print(f"{route} against the unsharded run, relative: {apart}")
+
+
 def _assert_same_rows(tmp_path, name, reference="none"):
     """results.zarr of run ``name`` matches the unsharded run's, row for row in data order."""
     got = zarr.open_group(str(tmp_path / name / "results.zarr"), mode="r")
@@ -46,8 +51,12 @@ def _assert_same_rows(tmp_path, name, reference="none"):
     for key in ("model_vis", "rfi_vis", "sky_vis", "residual"):
         a, b = np.asarray(got[key]), np.asarray(want[key])
         assert a.shape == b.shape == (28, 2, 30), key
-        # float64 fits after 3 steps (see the comment on chi2_final in the test).
-        assert np.max(np.abs(a - b)) <= 1e-7 * scale, key
+        print(f"{name} {key}: {np.max(np.abs(a - b)) / scale:.1e} of the largest model_vis apart")
+        # float64 fits after 3 steps (see the comment on chi2_final in the test): measured
+        # 4.6e-16 (baseline, rfi_vis) and 3.0e-11 (reuse, sky_vis). Relative to the largest
+        # model_vis, not per cell: the differences come from the fitted parameters, not from
+        # each cell's rounding (per cell they read 1.1e-8 where sky_vis is 0.29 of 170).
+        assert np.max(np.abs(a - b)) <= 5e-9 * scale, key
     # Each row is nearest the same row of the plain run (a permutation left in place would
     # pair rows with other baselines' rows).
     a, b = np.asarray(got["model_vis"]), np.asarray(want["model_vis"])
@@ -69,20 +78,25 @@ def test_baseline_axis_run_equals_the_unsharded_run(store, tmp_path):
     # float64: in single precision adabelief's first updates, nearly lr * sign(gradient), turn
     # rounding-level differences of near-zero gradient components into whole steps (measured:
     # float32 runs of the same config differ by ~1e-2 after 3 steps whatever the route). In
-    # float64 the sharded run, built block by block from the store, measured 6e-11 after 3.
+    # float64, measured apart (baseline, source, reuse): chi2_init 1.1e-15, 2.2e-16, 6.7e-16;
+    # chi2_final after 3 steps 2.2e-16, 1.2e-12, 6.8e-13. Each route gets the bound of the
+    # largest: the fit amplifies whatever rounding a route happens to differ by.
     assert sharded["read_by_block"] and not plain["read_by_block"]
-    assert sharded["chi2_init"] == pytest.approx(plain["chi2_init"], rel=1e-12)
-    assert sharded["chi2_final"] == pytest.approx(plain["chi2_final"], rel=1e-8)
+    _print_chi2_apart("baseline", sharded, plain)
+    assert sharded["chi2_init"] == pytest.approx(plain["chi2_init"], rel=2e-13)
+    assert sharded["chi2_final"] == pytest.approx(plain["chi2_final"], rel=2e-10)
     # The truth metrics of the block route (each device's block, read back from the store)
-    # equal the whole-array route's (one block of every row): measured 1e-16 apart.
+    # equal the whole-array route's (one block of every row): measured 0 apart, every metric.
     for name in ("sky", "rfi", "raw_data", "apparent_sky", "gains"):
         a, b = sharded["truth"][name]["rmse"], plain["truth"][name]["rmse"]
         print(f"truth {name}: block route {a!r}, whole array {b!r}, {abs(a / b - 1):.1e} apart")
         assert sharded["truth"][name]["rmse"] == pytest.approx(
-            plain["truth"][name]["rmse"], rel=1e-7
+            plain["truth"][name]["rmse"], rel=1e-15
         ), name
+    a, b = sharded["truth"]["gains"]["over_spread"], plain["truth"]["gains"]["over_spread"]
+    print(f"truth gains over_spread: {abs(a / b - 1):.1e} apart")
     assert sharded["truth"]["gains"]["over_spread"] == pytest.approx(
-        plain["truth"]["gains"]["over_spread"], rel=1e-7
+        plain["truth"]["gains"]["over_spread"], rel=1e-15
     )
     # Results come back in the data's order with the padded rows dropped.
     _assert_same_rows(tmp_path, "baseline")
@@ -92,14 +106,16 @@ def test_baseline_axis_run_equals_the_unsharded_run(store, tmp_path):
 
     by_source = _run(store, tmp_path / "source", "source", config)
     assert by_source["shard_axis"] == "source" and by_source["model"]["n_src_padded"] == 4
-    assert by_source["chi2_init"] == pytest.approx(plain["chi2_init"], rel=1e-12)
-    assert by_source["chi2_final"] == pytest.approx(plain["chi2_final"], rel=1e-8)
+    _print_chi2_apart("source", by_source, plain)
+    assert by_source["chi2_init"] == pytest.approx(plain["chi2_init"], rel=2e-13)
+    assert by_source["chi2_final"] == pytest.approx(plain["chi2_final"], rel=2e-10)
     assert set(by_source["collectives"]) == {"all-reduce"}, by_source["collectives"]
 
     reuse = _run(store, tmp_path / "reuse", "baseline", config, "--reuse-plan")
     assert reuse["reuse_plan"] and reuse["model"]["reuse_plan"]["width"] == 5  # of 8 antennas
-    assert reuse["chi2_init"] == pytest.approx(plain["chi2_init"], rel=1e-12)
-    assert reuse["chi2_final"] == pytest.approx(plain["chi2_final"], rel=1e-8)
+    _print_chi2_apart("reuse", reuse, plain)
+    assert reuse["chi2_init"] == pytest.approx(plain["chi2_init"], rel=2e-13)
+    assert reuse["chi2_final"] == pytest.approx(plain["chi2_final"], rel=2e-10)
     assert set(reuse["collectives"]) == {"all-reduce"}, reuse["collectives"]
     # The reuse plan permutes the rows; the results come back in the data's order all the same.
     _assert_same_rows(tmp_path, "reuse")

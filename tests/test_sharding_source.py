@@ -40,6 +40,9 @@ def reference(small_store, double_precision):
 
 
 def _relative(a, b) -> float:
+    # Relative to the largest cell, not per cell: a gradient cell is a sum whose terms cancel
+    # (cells go down to a few 1e-6 of the largest here), so its rounding scales with the
+    # largest terms.
     a, b = np.asarray(a), np.asarray(b)
     return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
 
@@ -61,8 +64,10 @@ def test_source_sharded_loss_and_gradient_equal_single_device(reference, n_dev):
         for g, w in zip(jax.tree.leaves(grad), jax.tree.leaves(ref_grad), strict=True)
     )
     print(f"source axis on {n_dev}: loss {abs(float(value) / ref_value - 1):.1e}, grad {worst:.1e}")
-    assert abs(float(value) - ref_value) <= 1e-10 * abs(ref_value)
-    assert worst <= 1e-10
+    # float64, 2 to 4 devices: loss measured 0 (equal), gradient 2.2e-16 (gains; per cell it
+    # would read 9.4e-14, sky).
+    assert abs(float(value) - ref_value) <= 1e-15 * abs(ref_value)
+    assert worst <= 3e-14
 
     # The sharded route ran: the RFI parameters are split by source, n_src / n_dev a device.
     z = sharded.params.rfi.z
