@@ -456,6 +456,31 @@ def _check_init(init: str) -> None:
         raise ConfigError(f"init {init!r} is not known; choose one of {', '.join(INITS)}")
 
 
+def _rfi_start_params(obs, config: ModelConfig, frame: Frame, init: str, level: float):
+    """The RFI signal's starting parameters: the frame's (zeros or a prior draw), or fitted to
+    the truth's amplitudes (init "truth") or to the fringe-stopped data's (init "fringe")."""
+    if init == "truth":
+        return rfi_signal.init_from_estimate(
+            frame.constants.rfi_signal, obs.truth.rfi_amp, noise=0.01 * level
+        )
+    if init != "fringe" or not obs.n_sat:
+        return frame.rfi
+    c = frame.constants
+    estimate = rfi_estimate.estimate_rfi_signal(
+        np.asarray(obs.vis),
+        np.asarray(obs.flags, bool),
+        np.asarray(c.phase, np.float64),
+        np.asarray(c.delay_us, np.float64),
+        np.asarray(obs.a1),
+        np.asarray(obs.a2),
+        obs.freqs_hz,
+        obs.int_time,
+        obs.chan_width,
+        ref_ant=config.gains.ref_ant,
+    )
+    return rfi_signal.init_from_estimate(c.rfi_signal, estimate, noise=0.05 * level)
+
+
 def build(obs, config: ModelConfig, *, init: str = "data", seed: int = 0) -> Model:
     """Host-side set-up of the model for an observation (see the module docstring).
 
@@ -482,26 +507,7 @@ def build(obs, config: ModelConfig, *, init: str = "data", seed: int = 0) -> Mod
     # With no satellites the RFI signal has no elements and its scale is never used.
     level = config.rfi_sigma or (stats.rfi_level(obs.n_sat) if obs.n_sat else 1.0)
     frame = model_frame(obs, config, stats.snr, level, init, seed)
-    rfi_params = frame.rfi
-    if init == "truth":
-        rfi_params = rfi_signal.init_from_estimate(
-            frame.constants.rfi_signal, obs.truth.rfi_amp, noise=0.01 * level
-        )
-    elif init == "fringe" and obs.n_sat:
-        c = frame.constants
-        estimate = rfi_estimate.estimate_rfi_signal(
-            vis,
-            flags,
-            np.asarray(c.phase, np.float64),
-            np.asarray(c.delay_us, np.float64),
-            np.asarray(obs.a1),
-            np.asarray(obs.a2),
-            obs.freqs_hz,
-            obs.int_time,
-            obs.chan_width,
-            ref_ant=config.gains.ref_ant,
-        )
-        rfi_params = rfi_signal.init_from_estimate(c.rfi_signal, estimate, noise=0.05 * level)
+    rfi_params = _rfi_start_params(obs, config, frame, init, level)
     rfi_start = jax.jit(predict_rfi, static_argnums=2)(rfi_params, frame.constants, frame.spec)
     sky_mean = np.asarray(sky.mean_from_data(vis - np.asarray(rfi_start), flags))
     sky_sigma = config.sky_sigma or max(MeanPower.from_rows(sky_mean).rms, stats.noise_median)

@@ -169,18 +169,8 @@ def make_constants(
         )
     real = np.dtype(dtype)
     cplx = np.result_type(real, np.complex64)
-    shared = config.signal == "shared"
-    if shared:
-        expected = (n_ant, n_src, n_freq, n_time)
-        if factor is None or np.shape(factor) != expected:
-            got = None if factor is None else np.shape(factor)
-            raise ValueError(
-                f"the shared RFI signal needs its per-antenna factor, shape {expected}; got {got}"
-            )
-        factor = np.asarray(factor, np.float64)
-    else:
-        factor = np.ones((1, n_src, 1, 1))
-    shape = (1 if shared else n_ant, n_src)
+    factor = _checked_factor(config, factor, (n_ant, n_src, n_freq, n_time))
+    shape = (1 if config.signal == "shared" else n_ant, n_src)
     scale = np.broadcast_to(scale, shape)
     if not np.all(np.isfinite(scale) & (scale > 0)):
         raise ValueError("RFI signal scale must be finite and > 0 for every (antenna, source)")
@@ -194,14 +184,7 @@ def make_constants(
     n_f, half_f = _fourier.gaussian_lattice(
         n_freq, chan_width, config.bandwidth_hz, config.cutoff, config.wrap_tolerance
     )
-    longest, shortest = (float(f(times)) if n_src else config.corr_time_s for f in (np.max, np.min))
-    n_t, _ = _fourier.gaussian_lattice(
-        n_time, int_time, longest, config.cutoff, config.wrap_tolerance
-    )
-    x = np.arange((n_t + 1) // 2) / (n_t * int_time)
-    half_t = _fourier.kept_half_width(_fourier.gaussian_spectrum(x, shortest), config.cutoff, n_t)
-    weight_time = [_fourier.gaussian_weights(n_t, int_time, half_t, float(t)) for t in times]
-    weight_time = np.reshape(weight_time, (1, n_src, 2 * half_t + 1))
+    n_t, half_t, weight_time = _time_lattice(config, times, n_time, int_time)
     return RfiSignalConstants(
         dft_freq=jnp.asarray(_fourier.dft_matrix(n_freq, n_f, half_f), cplx),
         dft_time=jnp.asarray(_fourier.dft_matrix(n_time, n_t, half_t), cplx),
@@ -217,6 +200,33 @@ def make_constants(
         ),
         factor=jnp.asarray(factor, real),
     )
+
+
+def _checked_factor(config: RfiSignalConfig, factor, expected: tuple) -> np.ndarray:
+    """The shared signal's factor, checked against its shape (n_ant, n_src, n_freq, n_time);
+    ones (1, n_src, 1, 1) for the per-antenna signal."""
+    if config.signal != "shared":
+        return np.ones((1, expected[1], 1, 1))
+    if factor is None or np.shape(factor) != expected:
+        got = None if factor is None else np.shape(factor)
+        raise ValueError(
+            f"the shared RFI signal needs its per-antenna factor, shape {expected}; got {got}"
+        )
+    return np.asarray(factor, np.float64)
+
+
+def _time_lattice(config: RfiSignalConfig, times: np.ndarray, n_time: int, int_time: float):
+    """(padded length, kept half width, weights (1, n_src, 2 half + 1)) of the time modes: the
+    lattice of the longest correlation time, the modes the shortest keeps."""
+    n_src = times.size
+    longest, shortest = (float(f(times)) if n_src else config.corr_time_s for f in (np.max, np.min))
+    n_t, _ = _fourier.gaussian_lattice(
+        n_time, int_time, longest, config.cutoff, config.wrap_tolerance
+    )
+    x = np.arange((n_t + 1) // 2) / (n_t * int_time)
+    half_t = _fourier.kept_half_width(_fourier.gaussian_spectrum(x, shortest), config.cutoff, n_t)
+    weights = [_fourier.gaussian_weights(n_t, int_time, half_t, float(t)) for t in times]
+    return n_t, half_t, np.reshape(weights, (1, n_src, 2 * half_t + 1))
 
 
 def is_shared(constants: RfiSignalConstants) -> bool:
