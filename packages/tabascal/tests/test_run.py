@@ -2,6 +2,7 @@
 
 import json
 
+import jax
 import numpy as np
 import pytest
 import zarr
@@ -179,3 +180,18 @@ def test_an_observation_without_satellites_is_refused_on_a_sharded_axis(no_satel
     ):
         job.run(obs := no_satellites, tmp_path / "out", config, shard_axis="source")
     assert not (tmp_path / "out").exists() and obs.n_sat == 0
+
+
+def test_guard_paths_refuse_with_what_to_do(tmp_path):
+    """The refusals before any work: contradictory output flags, a mesh larger than the
+    devices, an impossible device count."""
+    from tabascal.cli.fit import use_devices
+    from tabascal.parallel import baseline_axis
+
+    with pytest.raises(ConfigError, match="--resume and --overwrite contradict"):
+        job.prepare_output(tmp_path / "out", resume=True, overwrite=True)
+    assert not (tmp_path / "out").exists()  # nothing made
+    too_many = jax.device_count() + 1
+    with pytest.raises(ValueError, match=f"{too_many} devices asked for.*device_count={too_many}"):
+        baseline_axis.make_mesh(too_many)
+    assert use_devices(0) == "--devices 0: the device count must be at least 1"
