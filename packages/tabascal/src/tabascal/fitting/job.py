@@ -199,11 +199,14 @@ class RunSummary(Mapping):
 
 class _Fitted(NamedTuple):
     """The optimisation's outcome: its final state and history, the compiled step, the
-    seconds it ran and the initial reduced chi-squared."""
+    step's memory, the per-device peak measured as the optimisation ends, the seconds it ran
+    and the initial reduced chi-squared."""
 
     state: optimiser.FitState
     history: optimiser.FitHistory
     compiled: object
+    step_memory: memory.StageMemory
+    per_device_peak_bytes: list[int]
     seconds: float
     chi2_init: float
 
@@ -309,6 +312,9 @@ def _optimise(route: routes.Route, placed, config: dict, out_dir: Path, resume, 
         progress=progress,
     )
     seconds = time.perf_counter() - start
+    # The peak as the optimisation ends, before the prediction and the outputs add their own.
+    step_memory = memory.stage_memory(compiled)
+    peak = _peak_bytes([step_memory], routes.devices(placed.spec))
     # Each step reports the loss at the parameters it starts from, so the first step's figure
     # (kept in the history, across resumes) is the initial chi-squared; only a fit of zero
     # steps needs its own evaluation.
@@ -316,7 +322,7 @@ def _optimise(route: routes.Route, placed, config: dict, out_dir: Path, resume, 
         chi2_init = float(history.chi2[0])
     else:
         chi2_init = float(jax.jit(loss_fn)(placed.params, inputs)[1]["chi2"])
-    return _Fitted(state, history, compiled, seconds, chi2_init)
+    return _Fitted(state, history, compiled, step_memory, peak, seconds, chi2_init)
 
 
 class _Outputs(NamedTuple):
@@ -393,8 +399,8 @@ def _write_outputs(route, placed, fitted: _Fitted, source, config, out_dir, by_b
         shard_axis=route.shard_axis,
         reuse_plan=route.reuse_plan,
         read_by_block=by_block,
-        per_device_peak_bytes=_peak_bytes([memory.stage_memory(fitted.compiled)], devices),
-        step_memory=memory.stage_memory(fitted.compiled).as_dict(),
+        per_device_peak_bytes=fitted.per_device_peak_bytes,
+        step_memory=fitted.step_memory.as_dict(),
         collectives=memory.count_collectives(fitted.compiled),
         model=placed.info,
         truth=truth,
