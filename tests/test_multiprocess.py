@@ -24,6 +24,11 @@ def test_each_process_holds_its_rows_and_gathers_every_block(tmp_path):
     for code, text in results:
         assert code == 0, text
         assert "gathered equal True" in text, text
+        # Every process refuses rows past the end, naming them (none raises alone and hangs).
+        assert (
+            "rows no process holds: rows 6..10 of an array of 8 rows are not all held by some "
+            "process (rows 8..10 are held by none)" in text
+        ), text
     # 8 rows on 4 devices: process 0 owns rows 0-3 (blocks at 0 and 2), process 1 rows 4-7.
     assert "local rows [0, 2]" in results[0][1]
     assert "local rows [4, 6]" in results[1][1]
@@ -88,6 +93,18 @@ def _two_processes(store, out, *extra, timeout_s=600):
 
 def _rows_read(text: str) -> set[int]:
     return {r for a, b in READ.findall(text) for r in range(int(a), int(b))}
+
+
+def test_a_run_over_two_processes_off_the_block_route_is_refused_in_both(store, tmp_path):
+    # The source axis places the whole observation from every process, which two processes
+    # cannot share: both refuse before anything is read or written, saying what to use.
+    results = _two_processes(store, tmp_path / "out", "--shard-axis", "source", timeout_s=300)
+    for code, text in results:
+        assert code == 2, text
+        assert "reads the data block by block, which needs --shard-axis baseline and init " \
+            "'data' or 'prior' (got shard axis 'source', init 'data')" in text, text
+        assert not _rows_read(text), text
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.heavy

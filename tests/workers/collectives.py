@@ -27,6 +27,10 @@ x = jax.make_array_from_callback(
 print("local rows", sorted(s.index[0].start for s in x.addressable_shards), flush=True)
 blocks = [processes.host_rows(x, start, min(start + 3, 8)) for start in range(0, 8, 3)]
 print("gathered equal", bool(np.array_equal(np.concatenate(blocks), host)), flush=True)
+try:  # rows 8 and 9 are past the array's end: no process holds them
+    processes.host_rows(x, 6, 10)
+except ValueError as err:
+    print("rows no process holds:", err, flush=True)
 try:
     with processes.stage("checking the output folder"):
         if process_id == fail_in:

@@ -265,6 +265,11 @@ def host_rows(array, start: int, stop: int) -> np.ndarray:
             held[lo - start : hi - start] = True
     blocks, helds = multihost_utils.process_allgather((block, held))
     owner = np.argmax(np.asarray(helds), axis=0)
-    if not np.asarray(helds).any(axis=0).all():
-        raise ValueError(f"rows {start}..{stop} are not all held by some process")
+    held_by_any = np.asarray(helds).any(axis=0)
+    if not held_by_any.all():
+        missing = start + np.flatnonzero(~held_by_any)
+        raise ValueError(
+            f"rows {start}..{stop} of an array of {array.shape[0]} rows are not all held by "
+            f"some process (rows {missing[0]}..{missing[-1] + 1} are held by none)"
+        )
     return np.asarray(blocks)[owner, np.arange(stop - start)]
