@@ -101,8 +101,10 @@ def test_a_run_over_two_processes_off_the_block_route_is_refused_in_both(store, 
     results = _two_processes(store, tmp_path / "out", "--shard-axis", "source", timeout_s=300)
     for code, text in results:
         assert code == 2, text
-        assert "reads the data block by block, which needs --shard-axis baseline and init " \
-            "'data' or 'prior' (got shard axis 'source', init 'data')" in text, text
+        assert (
+            "reads the data block by block, which needs --shard-axis baseline and init "
+            "'data' or 'prior' (got shard axis 'source', init 'data')" in text
+        ), text
         assert not _rows_read(text), text
     assert not (tmp_path / "out").exists()
 
