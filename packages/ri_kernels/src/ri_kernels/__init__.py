@@ -3,14 +3,16 @@
 Two operators turn per-antenna RFI signals on the data's (channel, time) grid into baseline
 visibilities averaged over each channel and integration: by quadrature over fine samples
 (:func:`quadrature_eval_with_indices`, :class:`RFIInterpVisOp`) or in closed form over time
-(:func:`analytic_eval_with_indices`, :class:`RFIAnalyticVisOp`). Baseline lists are validated
+(:func:`analytic_eval_with_indices`, :class:`RFIAnalyticVisOp`), whose phase moments, fixed
+when the phases and delays are, can be formed once (:func:`analytic_moments_with_indices`) and
+reused at every call. Baseline lists are validated
 once on the host by :func:`make_indices` (several per-device lists at once, sized to what they
 touch, by :func:`make_index_sets`); the table builders make the interpolation tables.
 ``MAX_SEGMENTS``, ``MAX_TERMS`` and ``MAX_CUBIC_TERMS`` bound the analytic operator's options,
 ``MAX_COEFFICIENTS`` its monomial coefficients per time stencil.
 """
 
-from ri_kernels._analytic import analytic_eval_with_indices
+from ri_kernels._analytic import analytic_eval_with_indices, analytic_moments_with_indices
 from ri_kernels._blocks import DEFAULT_MEMORY_BUDGET_BYTES
 from ri_kernels._indices import BaselineIndices, make_index_sets, make_indices, stack_indices
 from ri_kernels._operators import RFIAnalyticVisOp, RFIInterpVisOp
@@ -38,6 +40,7 @@ __all__ = [
     "RFIInterpVisOp",
     "__version__",
     "analytic_eval_with_indices",
+    "analytic_moments_with_indices",
     "fine_offsets",
     "gauss_legendre_offsets",
     "lagrange_stencils",

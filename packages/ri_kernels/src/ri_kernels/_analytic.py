@@ -181,6 +181,68 @@ def _block_plan(n_bl, n_freq, n_time, per_pair_cell, budget):
     return coordinates, _BlockGrid(n_row_blocks, n_cell_blocks, rows_per_block, cells_per_block)
 
 
+def _moments_of_block(signal, tables, int_time, p, q, cell_f, cell_t, n_mom, options):
+    """The phase moments W_0..W_{n_mom-1} of a block's pairs and cells: a complex
+    (n_mom, B, C, n_rfi, n_int_f) array in amp's dtype."""
+    cubic = _phase_cubic(signal, tables, int_time / 2, p, q, cell_f, cell_t)
+    real = signal.phase.dtype
+    # Real and imaginary parts named as such: jax 0.10.2 fails to save a complex residual by
+    # name (its remat inserts reduce_precision, which refuses complex dtypes).
+    re, im = (v.astype(real) for v in cubic_moments_by_order(cubic, n_mom, **options))
+    return jax.lax.complex(checkpoint_name(re, _MOMENTS), checkpoint_name(im, _MOMENTS))
+
+
+def _signal(amp, phase, delay_us):
+    """The per-antenna inputs in the blocks' layouts; ``amp`` may be None (moments alone)."""
+    amp = None if amp is None else amp.transpose(0, 2, 3, 1)
+    return _Signal(amp, phase.transpose(0, 2, 3, 1), delay_us.transpose(0, 2, 1, 3))
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("n_coef", "segments", "terms", "cubic_terms", "memory_budget_bytes"),
+)
+def _moments(
+    indices,
+    phase,
+    delay_us,
+    tables,
+    int_time,
+    n_coef,
+    segments,
+    terms,
+    cubic_terms,
+    memory_budget_bytes,
+):
+    """Every pair's and cell's phase moments: (n_mom, n_bl, n_freq, n_time, n_rfi, n_int_f)."""
+    options = {"segments": segments, "terms": terms, "cubic_terms": cubic_terms}
+    n_ant, n_rfi, n_freq, n_time = phase.shape
+    n_bl, n_int_f, n_mom = indices.a1.shape[0], tables.dnu_mhz.shape[0], 2 * n_coef - 1
+    complex_dtype = jax.lax.complex(phase[:0], phase[:0]).dtype
+    if n_bl == 0:
+        return jnp.zeros((n_mom, 0, n_freq, n_time, n_rfi, n_int_f), complex_dtype)
+    signal = _signal(None, phase, delay_us)
+
+    def block(coordinates):
+        rows, cell_f, cell_t = coordinates
+        p, q = indices.a1[rows], indices.a2[rows]
+        return _moments_of_block(signal, tables, int_time, p, q, cell_f, cell_t, n_mom, options)
+
+    like = jax.ShapeDtypeStruct((n_ant, n_rfi), complex_dtype)
+    per_pair_cell = _bytes_per_pair_cell(like, n_int_f, n_mom, **options)
+    coordinates, grid = _block_plan(n_bl, n_freq, n_time, per_pair_cell, memory_budget_bytes)
+    ys = map_blocks(block, coordinates)  # (n_blocks, n_mom, B, C, n_rfi, n_int_f)
+    ys = ys.reshape(grid.n_row_blocks, grid.n_cell_blocks, *ys.shape[1:])
+    ys = ys.transpose(2, 0, 3, 1, 4, 5, 6).reshape(
+        n_mom,
+        grid.n_row_blocks * grid.rows_per_block,
+        grid.n_cell_blocks * grid.cells_per_block,
+        n_rfi,
+        n_int_f,
+    )
+    return ys[:, :n_bl, : n_freq * n_time].reshape(n_mom, n_bl, n_freq, n_time, n_rfi, n_int_f)
+
+
 @functools.partial(
     jax.jit, static_argnames=("segments", "terms", "cubic_terms", "memory_budget_bytes")
 )
@@ -191,6 +253,7 @@ def _analytic(
     delay_us,
     tables,
     int_time,
+    moments,
     segments,
     terms,
     cubic_terms,
@@ -201,40 +264,38 @@ def _analytic(
     n_bl = indices.a1.shape[0]
     if n_bl == 0:
         return jnp.zeros((0, n_freq, n_time), amp.dtype)
-    real = phase.dtype
-    phase, delay_us, tables, int_time = jax.lax.stop_gradient((phase, delay_us, tables, int_time))
-    signal = _Signal(
-        amp.transpose(0, 2, 3, 1), phase.transpose(0, 2, 3, 1), delay_us.transpose(0, 2, 1, 3)
+    phase, delay_us, tables, int_time, moments = jax.lax.stop_gradient(
+        (phase, delay_us, tables, int_time, moments)
     )
+    signal = _signal(amp, phase, delay_us)
     n_int_f, n_coef = tables.w_freq.shape[2], tables.g_time.shape[2]
     n_mom = 2 * n_coef - 1
 
     def block(coordinates):
         rows, cell_f, cell_t = coordinates
         p, q = indices.a1[rows], indices.a2[rows]
-        cubic = _phase_cubic(signal, tables, int_time / 2, p, q, cell_f, cell_t)
-        # (n_mom, B, C, n_rfi, n_int_f), real and imaginary parts. Named as such: jax 0.10.2
-        # fails to save a complex residual by name (its remat inserts reduce_precision, which
-        # refuses complex dtypes).
-        re, im = (v.astype(real) for v in cubic_moments_by_order(cubic, n_mom, **options))
-        moments = jax.lax.complex(checkpoint_name(re, _MOMENTS), checkpoint_name(im, _MOMENTS))
+        if moments is None:
+            w = _moments_of_block(signal, tables, int_time, p, q, cell_f, cell_t, n_mom, options)
+        else:  # given: the block's pairs and cells of them, (n_mom, B, C, n_rfi, n_int_f)
+            w = moments[:, rows[:, None], cell_f[None], cell_t[None]]
         coef_p = _coefficients(signal, tables, p, cell_f, cell_t)
         coef_q = _coefficients(signal, tables, q, cell_f, cell_t).conj()
         # Σ_{j,k} c_p[j] conj(c_q[k]) W_{j+k}, elementwise with the moment index leading: as
         # a batched 3 x 3 matrix product over a trailing index, XLA's CPU dots took more
         # time than the sum itself in both directions.
-        total = sum(
-            coef_p[j] * coef_q[k] * moments[j + k] for j in range(n_coef) for k in range(n_coef)
-        )
+        total = sum(coef_p[j] * coef_q[k] * w[j + k] for j in range(n_coef) for k in range(n_coef))
         return jnp.sum(total, axis=(2, 3)) / n_int_f
 
-    per_pair_cell = _bytes_per_pair_cell(amp, n_int_f, n_mom, **options)
+    if moments is None:
+        per_pair_cell = _bytes_per_pair_cell(amp, n_int_f, n_mom, **options)
+    else:  # only the given moments' gather and the sum: no moment is formed
+        per_pair_cell = _bytes_per_pair_cell(amp, n_int_f, n_mom, 0, 0, 0)
     coordinates, grid = _block_plan(n_bl, n_freq, n_time, per_pair_cell, memory_budget_bytes)
     # Keep the moments for reverse mode when all of them fit in the budget: they do not
     # depend on amp, and recomputing them is most of a value-and-gradient's cost.
     saved_bytes = n_bl * n_freq * n_time * n_rfi * n_int_f * n_mom * amp.dtype.itemsize
     policy = None
-    if saved_bytes <= memory_budget_bytes:
+    if moments is None and saved_bytes <= memory_budget_bytes:
         policy = jax.checkpoint_policies.save_only_these_names(_MOMENTS)
     ys = map_blocks(block, coordinates, policy).reshape(grid)
     vis = ys.transpose(0, 2, 1, 3).reshape(
@@ -260,6 +321,7 @@ def analytic_eval_with_indices(
     terms: int = 6,
     cubic_terms: int = 3,
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+    moments=None,
 ):
     """RFI visibilities in closed form over each integration, for the baselines of ``indices``.
 
@@ -286,14 +348,19 @@ def analytic_eval_with_indices(
             (:mod:`ri_kernels._phase_moments`); ``cubic_terms=0`` drops the cubic phase
             ``c x**3``: the result is that of delays without a third derivative.
         memory_budget_bytes: approximate bytes of intermediates per block of (baseline, cell).
+        moments: None (the moments are formed here), or the phase moments of these same
+            arguments from :func:`analytic_moments_with_indices`, formed once and reused: with
+            fixed phases and delays they are the same at every call, and forming them is most
+            of the operator's work. ``segments``, ``terms`` and ``cubic_terms`` are then those
+            the moments were formed with; they are not used here.
 
     Returns:
         (n_bl, n_freq, n_time) visibilities in amp's dtype.
 
     Real arrays must be float32 with complex64 and float64 with complex128. Only ``amp`` is
-    differentiated: phase, delays, tables, offsets and channel centres are constants.
+    differentiated: phase, delays, tables, offsets, channel centres and moments are constants.
     """
-    real, _, _, _ = _validate.signal(
+    real, n_bl, _, n_int_f = _validate.signal(
         _FN, indices, amp, phase, delay_us, w_freq, start_freq, dnu_mhz, freq_mhz
     )
     _, n_coef = _validate.stencil(
@@ -301,6 +368,17 @@ def analytic_eval_with_indices(
     )
     _validate.coefficients(_FN, n_coef)
     _validate.int_time(_FN, int_time, real)
+    if moments is not None:
+        _, n_rfi, n_freq, n_time = amp.shape
+        _validate.array(
+            _FN,
+            "moments",
+            moments,
+            amp.dtype,
+            (2 * n_coef - 1, n_bl, n_freq, n_time, n_rfi, n_int_f),
+            "(2 n_coef - 1, n_bl, n_freq, n_time, n_rfi, n_int_f) from "
+            "analytic_moments_with_indices",
+        )
     options = {
         "segments": _validate.option(_FN, "segments", segments, 1, MAX_SEGMENTS),
         "terms": _validate.option(_FN, "terms", terms, 1, MAX_TERMS),
@@ -317,7 +395,70 @@ def analytic_eval_with_indices(
         # instead of 14 of them at the defaults.
         options["cubic_terms"] = 0
     delay_us = _cubic_orders(delay_us)
-    return _analytic(indices, amp, phase, delay_us, tables, int_time, **options)
+    return _analytic(indices, amp, phase, delay_us, tables, int_time, moments, **options)
+
+
+def analytic_moments_with_indices(
+    indices,
+    phase,
+    delay_us,
+    w_freq,
+    start_freq,
+    g_time,
+    start_time,
+    dnu_mhz,
+    int_time,
+    freq_mhz,
+    *,
+    segments: int = 2,
+    terms: int = 6,
+    cubic_terms: int = 3,
+    memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+):
+    """The phase moments :func:`analytic_eval_with_indices` forms from the same arguments
+    (all but ``amp``), to be formed once and passed to it as ``moments`` at every call.
+
+    ``W_m[b, f, t, r, u]``, m < 2 n_coef - 1, is the mean over x in [-1, 1] of
+    ``x**m exp(i (phi0 + a x + b x**2 + c x**3))`` for pair b, source r and fine channel u of
+    cell (f, t). They depend on the phases, the delays and the fine channels alone, so a fit
+    with fixed orbits forms them once.
+
+    Returns:
+        (2 n_coef - 1, n_bl, n_freq, n_time, n_rfi, n_int_f) complex moments (complex64 with
+        float32 arguments, complex128 with float64), with
+        ``16 n_coef n_bl n_freq n_time n_rfi n_int_f`` bytes in complex64 (twice in
+        complex128): what keeping them costs.
+    """
+    fn = "analytic_moments_with_indices"
+    complex_of = {np.dtype(np.float32): np.complex64, np.dtype(np.float64): np.complex128}
+    real = np.dtype(getattr(phase, "dtype", None))
+    if real not in complex_of or getattr(phase, "ndim", 0) != 4:
+        raise TypeError(
+            f"{fn}: phase must be a float32 or float64 array (n_ant, n_rfi, n_freq, n_time); "
+            f"got {real} of shape {tuple(getattr(phase, 'shape', ()))}"
+        )
+    # The checks of analytic_eval_with_indices, for an amp of phase's shape.
+    like = jax.ShapeDtypeStruct(phase.shape, complex_of[real])
+    _validate.signal(fn, indices, like, phase, delay_us, w_freq, start_freq, dnu_mhz, freq_mhz)
+    _, n_coef = _validate.stencil(
+        fn, "g_time", g_time, "start_time", start_time, phase.shape[3], "n_time", real, "n_coef"
+    )
+    _validate.coefficients(fn, n_coef)
+    _validate.int_time(fn, int_time, real)
+    options = {
+        "segments": _validate.option(fn, "segments", segments, 1, MAX_SEGMENTS),
+        "terms": _validate.option(fn, "terms", terms, 1, MAX_TERMS),
+        "cubic_terms": _validate.option(fn, "cubic_terms", cubic_terms, 0, MAX_CUBIC_TERMS),
+        "memory_budget_bytes": _validate.budget(fn, memory_budget_bytes),
+    }
+    tables = _AnalyticTables(
+        w_freq, start_freq.astype("int32"), g_time, start_time.astype("int32"), dnu_mhz, freq_mhz
+    )
+    if delay_us.shape[-1] < 4:  # as in analytic_eval_with_indices: no cubic phase to expand
+        options["cubic_terms"] = 0
+    delay_us = _cubic_orders(delay_us)
+    int_time = jnp.asarray(int_time, real)
+    return _moments(indices, phase, delay_us, tables, int_time, n_coef, **options)
 
 
 def _cubic_orders(delay_us):
