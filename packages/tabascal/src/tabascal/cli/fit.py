@@ -147,19 +147,20 @@ def _read(path, config: dict | None = None):
     return obs
 
 
-def _source(path, config: dict):
+def _source(path, config: dict, *, allow_missing: bool = False):
     """The rows of the observation at ``path``: a zarr store is read block by block as the
     fit needs its rows; a Measurement Set is read whole (convert it with ``tabascal import-ms``
-    for block reads)."""
+    for block reads). ``allow_missing``: a store's missing vis and flags chunks are read as
+    flagged cells, the store read whole (block reads refuse a store that lacks chunks)."""
     import dataclasses
 
     from tabascal.measurement_set import is_measurement_set
     from tabascal.parallel.blockwise import MemoryRows, StoreRows
-    from tabascal.store import read_meta
+    from tabascal.store import read_meta, read_observation
 
     if is_measurement_set(path):
         return MemoryRows(_read(path, config))
-    meta = read_meta(path)
+    meta = read_observation(path, allow_missing=True) if allow_missing else read_meta(path)
     satellites = config.get("satellites", {})
     if satellites.get("tle_file"):
         from tabascal.observation.tle import load_tle_orbits
@@ -171,7 +172,7 @@ def _source(path, config: dict):
             gast0_rad=meta.gast0_rad,
         )
         meta = dataclasses.replace(meta, orbits=orbits)
-    return StoreRows(path, meta)
+    return MemoryRows(meta) if allow_missing else StoreRows(path, meta)
 
 
 def _start_processes(args) -> str | None:
@@ -212,7 +213,7 @@ def _run(args: argparse.Namespace) -> int:
         axis = run_config.shard_axis(args.shard_axis, config)
         reuse = run_config.reuse_plan(args.reuse_plan, config, axis)
         summary = job.run(
-            _source(args.data, config),
+            _source(args.data, config, allow_missing=args.allow_missing),
             Path(args.output),
             config,
             resume=args.resume,
@@ -251,6 +252,12 @@ def add_run(subparsers) -> None:
     parser.add_argument("--steps", type=int, help="optimisation steps (overrides optimiser.steps)")
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="replace earlier results")
+    parser.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="fit a store that lacks vis or flags chunks, their cells read as flagged (the "
+        "store is then read whole)",
+    )
     parser.add_argument(
         "--shard-axis",
         choices=("none", "source", "baseline"),

@@ -106,10 +106,15 @@ def add_simulate(subparsers) -> None:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from tabascal.store import summarize, summary_lines
+    from tabascal.store import summarize, summary_lines, verification_lines, verify_store
 
     try:
-        summary = summarize(args.store)
+        if args.verify:
+            verification = verify_store(args.store)
+            print("\n".join(verification_lines(args.store, verification)))
+            if verification.damage:
+                return 1
+        summary = summarize(args.store, allow_missing=args.allow_missing)
     except TabascalError as err:
         print(f"tabascal inspect: error: {err}", file=sys.stderr)
         return 2
@@ -125,4 +130,15 @@ def add_inspect(subparsers) -> None:
         "satellites with their elevation range.",
     )
     parser.add_argument("store", help="path of the observation store")
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="first read every chunk of every array and list each missing or damaged one "
+        "(exit status 1 if any)",
+    )
+    parser.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="summarise a store that lacks vis or flags chunks, their cells read as flagged",
+    )
     parser.set_defaults(func=_inspect)

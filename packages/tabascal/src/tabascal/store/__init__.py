@@ -37,32 +37,60 @@ as before, and a reader without TLE support refuses such a store by naming the m
 Baseline-shaped arrays share one chunking along the baseline axis (whole channel and time axes
 in each chunk), so a process reads its own rows only. Writes go to a hidden sibling directory
 renamed into place at the end: a failed write leaves nothing under the final name.
+
+Integrity. The writer writes every chunk of every array, even one equal to the fill value
+(which zarr leaves out by default), and says so in the group attribute ``every_chunk_written``
+= true; every array's codecs end with a crc32c checksum (``zarr.codecs.Crc32cCodec``). Both keep
+``format_version`` 1: zarr decodes the checksum by itself, so an older reader reads these stores,
+and this reader reads older ones. Opening a store (:class:`StoreReader`, and ``store_info``,
+``read_meta``, ``read_observation``) refuses one that lacks chunks, naming each array and its
+missing rows; ``allow_missing=True`` reads missing vis and flags chunks as flagged cells
+instead. In a store without ``every_chunk_written`` an absent chunk may hold the fill value
+only (all-flagged flags, all-zero truth), so there only the vis and noise chunks are checked.
+A chunk that does not decode is a StoreError naming the array, its rows and its chunk, and
+:func:`verify_store` reads every chunk and lists every missing or undecodable one.
 """
 
 from tabascal.store.format import (
     FORMAT,
     FORMAT_VERSION,
+    ChunkDamage,
     Observation,
     ObservationMeta,
     StoreError,
     StoreInfo,
+    StoreVerification,
     Truth,
     default_chunk_rows,
     row_blocks,
 )
-from tabascal.store.reader import read_meta, read_observation, store_info
-from tabascal.store.summary import ObservationSummary, summarize, summary_lines
+from tabascal.store.reader import (
+    StoreReader,
+    read_meta,
+    read_observation,
+    store_info,
+    verify_store,
+)
+from tabascal.store.summary import (
+    ObservationSummary,
+    summarize,
+    summary_lines,
+    verification_lines,
+)
 from tabascal.store.writer import ObservationWriter, write_observation
 
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
+    "ChunkDamage",
     "Observation",
     "ObservationMeta",
     "ObservationSummary",
     "ObservationWriter",
     "StoreError",
     "StoreInfo",
+    "StoreReader",
+    "StoreVerification",
     "Truth",
     "default_chunk_rows",
     "read_meta",
@@ -71,5 +99,7 @@ __all__ = [
     "store_info",
     "summarize",
     "summary_lines",
+    "verification_lines",
+    "verify_store",
     "write_observation",
 ]

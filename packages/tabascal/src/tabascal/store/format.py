@@ -14,6 +14,16 @@ FORMAT = "tabascal.observation"
 FORMAT_VERSION = 1
 ORBIT_FIELDS = ("altitude_m", "inclination_rad", "raan_rad", "arg_lat_rad")
 TLE_ATTR = "satellite_tle"  # group attribute of stores whose satellites are TLE element sets
+# Group attribute, true in stores whose writer kept every chunk (zarr leaves out a chunk equal to
+# the fill value unless told not to): in those an absent chunk always means a damaged store.
+EVERY_CHUNK_ATTR = "every_chunk_written"
+# Arrays whose axis 0 is the baseline: their chunks are named by rows.
+BASELINE_ARRAYS = ("vis", "flags", "noise", "a1", "a2", "truth/sky_vis", "truth/rfi_vis")
+# Arrays whose missing chunks can be read as flagged cells (``allow_missing``).
+FLAGGABLE = ("vis", "flags")
+# Arrays of an older store (no EVERY_CHUNK_ATTR) whose absent chunks are taken as damage: the
+# others may have been left out for holding the fill value only (all-flagged flags, zero truth).
+OLDER_STORE_CHECKED = ("vis", "noise")
 SCALAR_ATTRS = ("gast0_rad", "int_time", "chan_width", "ra_rad", "dec_rad", "dish_diameter_m")
 CHUNK_BYTES = 16 * 2**20  # target size of one vis chunk
 TRUTH_PER_ANTENNA = (
@@ -136,6 +146,57 @@ class StoreInfo:
     noise_per_baseline: bool
     has_truth: bool
     format_version: int
+
+
+@dataclass(frozen=True)
+class ChunkDamage:
+    """One chunk of a store's array that is missing or does not decode.
+
+    array: the array's name (e.g. ``truth/sky_vis``); chunk: the chunk's coordinates in the
+    array's chunk grid; region: the part of the array it holds, a (start, stop) per axis;
+    problem: ``missing``, ``checksum mismatch`` or ``cannot be decoded (...)``.
+    """
+
+    array: str
+    chunk: tuple[int, ...]
+    region: tuple[tuple[int, int], ...]
+    problem: str
+
+    @property
+    def rows(self) -> tuple[int, int] | None:
+        """(start, stop) of the baseline rows the chunk holds; None for other arrays."""
+        return self.region[0] if self.array in BASELINE_ARRAYS and self.region else None
+
+    def __str__(self) -> str:
+        where = "" if self.rows is None else f", {row_ranges([self.rows])}"
+        return f"array {self.array}{where} (chunk {chunk_label(self.chunk)}): {self.problem}"
+
+
+@dataclass(frozen=True)
+class StoreVerification:
+    """What ``verify_store`` found: every damaged chunk, in the order of the arrays' names,
+    among ``n_chunks`` chunks of ``n_arrays`` arrays; ``checksums``: whether every array
+    carries a crc32c checksum (stores written before they did decode a bit flip silently)."""
+
+    damage: tuple[ChunkDamage, ...]
+    n_arrays: int
+    n_chunks: int
+    checksums: bool
+
+
+def chunk_label(chunk: tuple[int, ...]) -> str:
+    """A chunk's grid coordinates as zarr names its file, e.g. ``2/0/0``."""
+    return "/".join(map(str, chunk)) or "0"
+
+
+def row_ranges(ranges, most: int = 6) -> str:
+    """Row ranges, (start, stop) each, as text with the last row of each included:
+    ``rows 0-119, 240-359`` or ``row 5``; past ``most`` ranges, ``and N more``."""
+    spans = [str(start) if stop - start == 1 else f"{start}-{stop - 1}" for start, stop in ranges]
+    if len(spans) > most:
+        spans = [*spans[:most], f"and {len(spans) - most} more"]
+    one_row = len(ranges) == 1 and ranges[0][1] - ranges[0][0] == 1
+    return ("row " if one_row else "rows ") + ", ".join(spans)
 
 
 def row_blocks(n_rows: int, block_rows: int):

@@ -1,4 +1,5 @@
-"""A store's summary: sizes, noise, signal levels, flags and satellites (``tabascal inspect``).
+"""A store's summary: sizes, noise, signal levels, flags and satellites (``tabascal inspect``),
+and the text of a verification (``tabascal inspect --verify``).
 
 Levels are accumulated over blocks of baseline rows, so a store of any size is summarised in
 bounded memory.
@@ -11,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tabascal.observation import geometry as geo
-from tabascal.store.format import row_blocks
-from tabascal.store.reader import read_meta, read_observation, store_info
+from tabascal.store.format import StoreVerification, row_blocks
+from tabascal.store.reader import StoreReader
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,9 @@ class SatelliteSummary:
 
 @dataclass(frozen=True)
 class ObservationSummary:
-    """RMS levels are over unflagged cells, in Jy; ``None`` where the store has no truth."""
+    """RMS levels are over unflagged cells, in Jy; ``None`` where the store has no truth.
+    missing_cells: cells of missing chunks read as flagged (``allow_missing``), counted in
+    flagged_fraction too."""
 
     path: str
     n_ant: int
@@ -47,21 +50,29 @@ class ObservationSummary:
     noise_min: float
     noise_max: float
     flagged_fraction: float
+    missing_cells: int
     data_rms: float
     sky_rms: float | None
     rfi_rms: float | None
     satellites: tuple[SatelliteSummary, ...]
 
 
-def summarize(path, block_rows: int | None = None) -> ObservationSummary:
-    """Summarise the store at ``path``, reading it in blocks of ``block_rows`` baselines."""
-    info, meta = store_info(path), read_meta(path)
+def summarize(
+    path, block_rows: int | None = None, *, allow_missing: bool = False
+) -> ObservationSummary:
+    """Summarise the store at ``path``, reading it in blocks of ``block_rows`` baselines.
+
+    ``allow_missing``: read missing vis and flags chunks as flagged cells instead of refusing
+    the store (see :class:`tabascal.store.StoreReader`).
+    """
+    store = StoreReader(path, allow_missing=allow_missing)
+    info, meta = store.info, store.meta()
     sums = {"data": 0.0, "sky": 0.0, "rfi": 0.0}
     n_good = n_flagged = 0
     noise_min, noise_max = np.inf, -np.inf
     eirp = None
     for rows in row_blocks(info.n_bl, block_rows or info.chunk_rows):
-        block = read_observation(path, rows)
+        block = store.read(rows)
         good = ~block.flags
         n_good += int(good.sum())
         n_flagged += int(block.flags.sum())
@@ -108,6 +119,7 @@ def summarize(path, block_rows: int | None = None) -> ObservationSummary:
         noise_min=noise_min,
         noise_max=noise_max,
         flagged_fraction=n_flagged / max(n_good + n_flagged, 1),
+        missing_cells=store.missing_cells,
         data_rms=rms["data"],
         sky_rms=rms["sky"] if info.has_truth else None,
         rfi_rms=rms["rfi"] if info.has_truth else None,
@@ -136,8 +148,14 @@ def summary_lines(s: ObservationSummary) -> list[str]:
         f"  phase centre  RA {s.ra_deg:.4f} deg, Dec {s.dec_deg:.4f} deg",
         f"  noise         {noise} per real and imaginary part",
         f"  flagged       {100 * s.flagged_fraction:.2f} %",
-        f"  data rms  {level(s.data_rms)}",
     ]
+    if s.missing_cells:
+        n_cells = s.n_bl * s.n_freq * s.n_time
+        lines.append(
+            f"  missing       {s.missing_cells} of {n_cells} cells "
+            f"({100 * s.missing_cells / n_cells:.2f} %), read as flagged"
+        )
+    lines.append(f"  data rms  {level(s.data_rms)}")
     if s.sky_rms is not None:
         lines += [f"  sky rms   {level(s.sky_rms)}", f"  RFI rms   {level(s.rfi_rms)}"]
     lines.append(f"  satellites    {len(s.satellites)}")
@@ -147,4 +165,23 @@ def summary_lines(s: ObservationSummary) -> list[str]:
             f"    {sat.name:<14} {sat.altitude_km:8.0f} km, incl {sat.inclination_deg:5.1f} deg, "
             f"elevation {sat.elevation_min_deg:5.1f} to {sat.elevation_max_deg:5.1f} deg{eirp}"
         )
+    return lines
+
+
+def verification_lines(path, v: StoreVerification) -> list[str]:
+    """A verification as text lines, one per damaged chunk and a closing count, for
+    ``tabascal inspect --verify``."""
+    lines = [f"{path}: {d}" for d in v.damage]
+    checksums = (
+        "crc32c checksums checked"
+        if v.checksums
+        else "no checksums: this store was written before tabascal kept them, so a changed "
+        "chunk that still decodes goes unseen"
+    )
+    found = f"{len(v.damage)} of" if v.damage else "none of"
+    verb = "are" if len(v.damage) > 1 else "is"
+    lines.append(
+        f"{path}: {found} the {v.n_chunks} chunks of its {v.n_arrays} arrays {verb} damaged "
+        f"({checksums})"
+    )
     return lines

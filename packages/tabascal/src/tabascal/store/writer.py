@@ -10,9 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import zarr
+from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from tabascal.observation.tle import TleOrbits
 from tabascal.store.format import (
+    EVERY_CHUNK_ATTR,
     FORMAT,
     FORMAT_VERSION,
     ORBIT_FIELDS,
@@ -27,6 +29,15 @@ from tabascal.store.format import (
 )
 
 log = logging.getLogger(__name__)
+
+# Options of every array. zarr leaves out a chunk equal to the fill value unless told to write
+# empty chunks: writing every one makes an absent chunk always mean a damaged store. crc32c, the
+# last byte codec, makes a changed chunk fail to decode instead of reading as other numbers
+# (a flipped byte inside zstd's output otherwise decodes silently).
+ARRAY_OPTIONS = {
+    "compressors": (ZstdCodec(), Crc32cCodec()),
+    "config": {"write_empty_chunks": True},
+}
 
 
 class ObservationWriter:
@@ -84,6 +95,7 @@ class ObservationWriter:
             {
                 "format": FORMAT,
                 "format_version": FORMAT_VERSION,
+                EVERY_CHUNK_ATTR: True,
                 "epoch_utc": m.epoch_utc,
                 "satellite_names": list(m.orbits.names) if m.orbits.names else None,
                 "metadata": m.metadata,
@@ -101,17 +113,28 @@ class ObservationWriter:
         if not isinstance(m.orbits, TleOrbits):
             small |= {f"satellites/{f}": getattr(m.orbits, f) for f in ORBIT_FIELDS}
         for name, data in small.items():
-            group.create_array(name, data=data)
+            group.create_array(name, data=data, **ARRAY_OPTIONS)
         cube, chunks = (m.n_bl, m.n_freq, m.n_time), (self.chunk_rows, m.n_freq, m.n_time)
-        group.create_array("vis", shape=cube, chunks=chunks, dtype=np.complex64)
-        group.create_array("flags", shape=cube, chunks=chunks, dtype=bool, fill_value=True)
+        # The handles keep the write options (an array opened again from the group would not).
+        self._arrays = {
+            "vis": group.create_array(
+                "vis", shape=cube, chunks=chunks, dtype=np.complex64, **ARRAY_OPTIONS
+            ),
+            "flags": group.create_array(
+                "flags", shape=cube, chunks=chunks, dtype=bool, fill_value=True, **ARRAY_OPTIONS
+            ),
+        }
         if self.noise is None:
-            group.create_array("noise", shape=(m.n_bl,), chunks=(self.chunk_rows,), dtype=float)
+            self._arrays["noise"] = group.create_array(
+                "noise", shape=(m.n_bl,), chunks=(self.chunk_rows,), dtype=float, **ARRAY_OPTIONS
+            )
         else:
-            group.create_array("noise", data=np.asarray(float(self.noise)))
+            group.create_array("noise", data=np.asarray(float(self.noise)), **ARRAY_OPTIONS)
         if self.truth:
-            for name in ("sky_vis", "rfi_vis"):
-                group.create_array(f"truth/{name}", shape=cube, chunks=chunks, dtype=np.complex64)
+            for name in ("truth/sky_vis", "truth/rfi_vis"):
+                self._arrays[name] = group.create_array(
+                    name, shape=cube, chunks=chunks, dtype=np.complex64, **ARRAY_OPTIONS
+                )
         return group
 
     def write_rows(self, start: int, *, vis, flags, noise=None, sky_vis=None, rfi_vis=None):
@@ -145,9 +168,9 @@ class ObservationWriter:
             )
         for name, block in blocks.items():
             dtype = bool if name == "flags" else np.complex64
-            self._group[name][rows] = np.asarray(block, dtype=dtype)
+            self._arrays[name][rows] = np.asarray(block, dtype=dtype)
         if noise is not None:
-            self._group["noise"][rows] = np.asarray(noise, dtype=np.float64)
+            self._arrays["noise"][rows] = np.asarray(noise, dtype=np.float64)
         self._written[rows] = True
 
     def write_truth(
@@ -166,7 +189,9 @@ class ObservationWriter:
         )
         for name, value in values.items():
             dtype = TRUTH_DTYPES.get(name, np.float64)
-            self._group.create_array(f"truth/{name}", data=np.asarray(value, dtype=dtype))
+            self._group.create_array(
+                f"truth/{name}", data=np.asarray(value, dtype=dtype), **ARRAY_OPTIONS
+            )
         self._truth_written = True
 
     def __exit__(self, exc_type, exc, tb) -> bool:
