@@ -426,7 +426,7 @@ def analytic_moments_with_indices(
     Returns:
         (2 n_coef - 1, n_bl, n_freq, n_time, n_rfi, n_int_f) complex moments (complex64 with
         float32 arguments, complex128 with float64), with
-        ``16 n_coef n_bl n_freq n_time n_rfi n_int_f`` bytes in complex64 (twice in
+        ``8 (2 n_coef - 1) n_bl n_freq n_time n_rfi n_int_f`` bytes in complex64 (twice in
         complex128): what keeping them costs.
     """
     fn = "analytic_moments_with_indices"

@@ -294,6 +294,20 @@ def _device_capacity_bytes(device) -> int | None:
         return None
 
 
+def _phase_cache_line(report: dict) -> str:
+    """What ``rfi.phase_cache`` chose per analytic group, in words."""
+    if not report["groups"]:
+        return "none to keep (no analytic group)"
+    parts = [
+        f"{name} {'kept' if g['kept'] else 'formed every step'} ({g['mib_per_device']:.1f} MiB)"
+        for name, g in report["groups"].items()
+    ]
+    return (
+        f"{', '.join(parts)}; phase_cache {report['mode']}, budget "
+        f"{report['budget_mib']:g} MiB per device"
+    )
+
+
 def _plan(args: argparse.Namespace) -> int:
     from tabascal.config import run_config
     from tabascal.parallel import routes
@@ -331,6 +345,7 @@ def _plan(args: argparse.Namespace) -> int:
         f"{spec.n_ant} antennas, {spec.n_src} satellites"
     )
     print(f"  RFI groups                     {placed.info['rfi_groups']}")
+    print(f"  phase moments                  {_phase_cache_line(placed.info['rfi_phase_cache'])}")
     print(
         f"  optimisation step per device   arguments {step.arguments / 2**20:.1f} MiB, "
         f"outputs {step.outputs / 2**20:.1f} MiB, temporaries "

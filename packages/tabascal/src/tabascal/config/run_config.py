@@ -53,6 +53,8 @@ _RFI = Section(
             "terms",
             "cubic_terms",
             "memory_budget_mb",
+            "phase_cache",
+            "phase_cache_mb",
         ),
     },
 )

@@ -277,9 +277,10 @@ def _placed_model(route: routes.Route, source, config: dict, by_block: bool):
     init, seed = config["fit"]["init"], config["fit"]["seed"]
     mesh = route.make_mesh()
     if by_block:
-        return blockwise.build(
+        built = blockwise.build(
             source, model_cfg, mesh, init=init, seed=seed, reuse=route.reuse_plan
         )
+        return routes.keep_phase_moments(route.name, built)
     model = joint.build(_whole_observation(source), model_cfg, init=init, seed=seed)
     # A sharded route's placement leaves the unsharded model's device arrays unreferenced, so
     # that device 0 holds only its own block during the fit.

@@ -33,6 +33,9 @@ from tabascal.config import option_field
 
 OPERATORS = ("quadrature", "analytic")
 SAMPLINGS = ("gauss", "midpoint")
+# Whether analytic groups keep their phase moments across steps: within the cache budget
+# (auto), always or never ("on" and "off" would read as booleans in YAML).
+PHASE_CACHES = ("auto", "always", "never")
 # The time stencil's points are the analytic operator's monomial coefficients, which
 # ri_kernels caps; the frequency stencil takes the same cap.
 MAX_STENCIL = ri_kernels.MAX_COEFFICIENTS
@@ -54,6 +57,12 @@ class RfiVisConfig:
     memory_budget_mb: fine-grid working memory of each operator call (MiB), which sets how many
       cells (and baselines) the operators evaluate at once. On the baseline axis each device
       takes its share, this divided by the number of devices (``baseline_axis.plan_rows``).
+    phase_cache: whether the analytic groups' phase moments, which fixed orbits make the same
+      at every step, are formed once per fit and kept (``ri_kernels.
+      analytic_moments_with_indices``): "auto" keeps the groups' moments in order while their
+      total per device fits ``phase_cache_mb``, "always" keeps every group's, "never" none (formed
+      at every evaluation, as the operator does alone).
+    phase_cache_mb: most MiB of kept moments per device under "auto".
     """
 
     # Measured (benchmarks/leo_step.py, Gauss samples): below ~30 time samples a quadrature
@@ -97,6 +106,15 @@ class RfiVisConfig:
         "fine samples across a cell: Gauss-Legendre nodes, or the midpoint rule (powers of two)",
         choices=SAMPLINGS,
     )
+    phase_cache: str = option_field(
+        "auto",
+        "keep the analytic groups' phase moments across steps: within phase_cache_mb (auto), "
+        "always or never",
+        choices=PHASE_CACHES,
+    )
+    phase_cache_mb: float = option_field(
+        1024.0, "most kept phase moments per device under phase_cache auto", "MiB", min=0.0
+    )
 
     @property
     def memory_budget_bytes(self) -> int:
@@ -119,7 +137,8 @@ class GroupTables(NamedTuple):
     the output the group writes. w_freq, start_freq: (n_freq, n_sf, n_int_f), (n_freq,).
     w_time, start_time: (n_time, n_st, n_int_t) or, for analytic, the monomial table
     (n_time, n_coef, n_coef), and (n_time,). dnu_mhz: (n_int_f,). dt: (n_int_t,) s (quadrature)
-    or () the integration time in s (analytic).
+    or () the integration time in s (analytic). moments: None, or for an analytic group the
+    phase moments of its rows kept across steps (``with_phase_cache``).
     """
 
     indices: ri_kernels.BaselineIndices
@@ -130,6 +149,7 @@ class GroupTables(NamedTuple):
     start_time: jax.Array
     dnu_mhz: jax.Array
     dt: jax.Array
+    moments: jax.Array | None = None
 
 
 def _midpoint_error_bound(cycles: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -308,6 +328,67 @@ def evaluate_group(
     return ri_kernels.analytic_eval_with_indices(
         tables.indices,
         amp,
+        phase,
+        delay_us,
+        tables.w_freq,
+        tables.start_freq,
+        tables.w_time,
+        tables.start_time,
+        tables.dnu_mhz,
+        tables.dt,
+        freq_mhz,
+        segments=config.segments,
+        terms=config.terms,
+        cubic_terms=config.cubic_terms,
+        memory_budget_bytes=config.memory_budget_bytes,
+        moments=tables.moments,
+    )
+
+
+def moments_bytes(spec: GroupSpec, n_rows: int, model_shape, config, cplx) -> int:
+    """Bytes of an analytic group's kept phase moments (0 for a quadrature group): 2 n_coef - 1
+    moments per row, cell, source and fine channel, n_coef the time stencil's points.
+    model_shape: (n_src, n_freq, n_time)."""
+    if spec.operator != "analytic":
+        return 0
+    n_src, n_freq, n_time = model_shape
+    n_mom = 2 * min(config.time_stencil, n_time) - 1
+    cells = n_rows * n_freq * n_time * n_src * spec.n_freq_samples
+    return n_mom * cells * np.dtype(cplx).itemsize
+
+
+def plan_phase_cache(sizes_bytes, specs: tuple[GroupSpec, ...], config: RfiVisConfig):
+    """Which groups keep their phase moments: (keep,) per group, from each group's moment
+    bytes per device ``sizes_bytes`` (``moments_bytes``) and ``config.phase_cache``."""
+    keep, total = [], 0
+    budget = config.phase_cache_mb * 2**20
+    for spec, size in zip(specs, sizes_bytes, strict=True):
+        wanted = spec.operator == "analytic" and config.phase_cache != "never"
+        fits = config.phase_cache == "always" or total + size <= budget
+        keep.append(wanted and fits)
+        total += size if keep[-1] else 0
+    return tuple(keep)
+
+
+def phase_cache_report(sizes_bytes, specs, keep, config: RfiVisConfig) -> dict:
+    """What ``plan_phase_cache`` chose, for summary.json and ``tabascal plan``."""
+    groups = {}
+    for spec, size, kept in zip(specs, sizes_bytes, keep, strict=True):
+        if spec.operator == "analytic":
+            name = f"{spec.operator} t{spec.n_time_samples} f{spec.n_freq_samples}"
+            groups[name] = {"kept": bool(kept), "mib_per_device": size / 2**20}
+    return {
+        "mode": config.phase_cache,
+        "budget_mib": config.phase_cache_mb,
+        "groups": groups,
+        "kept_mib_per_device": sum(s for s, k in zip(sizes_bytes, keep, strict=True) if k) / 2**20,
+    }
+
+
+def group_moments(spec: GroupSpec, tables: GroupTables, phase, delay_us, freq_mhz, config):
+    """The phase moments of an analytic group's rows (``ri_kernels``), formed once."""
+    return ri_kernels.analytic_moments_with_indices(
+        tables.indices,
         phase,
         delay_us,
         tables.w_freq,

@@ -333,7 +333,10 @@ def rfi_block(rfi_params, signal, phase, delay_us, freq_mhz, groups, spec: Shard
     n_freq, n_time = amp.shape[2], amp.shape[3]
     block = jnp.zeros((spec.block_size + 1, n_freq, n_time), amp.dtype)
     for group_spec, tables in zip(spec.model.groups, groups, strict=True):
-        local = tables._replace(indices=jax.tree.map(lambda x: x[0], tables.indices))
+        local = tables._replace(
+            indices=jax.tree.map(lambda x: x[0], tables.indices),
+            moments=None if tables.moments is None else tables.moments[0],
+        )
         out = rfi_vis.evaluate_group(
             group_spec, local, amp, phase, delay_us, freq_mhz, spec.model.rfi_vis
         )
@@ -342,12 +345,58 @@ def rfi_block(rfi_params, signal, phase, delay_us, freq_mhz, groups, spec: Shard
     return block[: spec.block_size]
 
 
+def _group_partition_specs(groups):
+    """Each group's tables on the map: indices, positions and kept moments split ("bl"), the
+    rest replicated."""
+    return tuple(
+        tables._replace(
+            indices=P(AXIS),
+            rows=P(AXIS),
+            **{f: P() for f in _TABLE_FIELDS},
+            moments=None if tables.moments is None else P(AXIS),
+        )
+        for tables in groups
+    )
+
+
+def keep_phase_moments(constants: joint.ModelConstants, spec: ShardedSpec, keep):
+    """``constants`` with the phase moments of the groups ``keep`` marks formed once, each
+    device forming those of its own rows (a leading axis of 1 per device, on ``P("bl")``), from
+    the antennas ``rfi_block`` gives its operators."""
+    kept = [g for g, k in enumerate(keep) if k]
+    if not kept:
+        return constants
+
+    def block(phase, delay_us, freq_mhz, groups):
+        phase, delay_us = (_device_antennas(x, spec) for x in (phase, delay_us))
+        out = []
+        for g in kept:
+            tables = groups[g]
+            local = tables._replace(indices=jax.tree.map(lambda x: x[0], tables.indices))
+            moments = rfi_vis.group_moments(
+                spec.model.groups[g], local, phase, delay_us, freq_mhz, spec.model.rfi_vis
+            )
+            out.append(moments[None])
+        return tuple(out)
+
+    mapped = jax.jit(
+        jax.shard_map(
+            block,
+            mesh=spec.mesh,
+            in_specs=(P(), P(), P(), _group_partition_specs(constants.groups)),
+            out_specs=tuple(P(AXIS) for _ in kept),
+        )
+    )
+    moments = mapped(constants.phase, constants.delay_us, constants.freq_mhz, constants.groups)
+    groups = list(constants.groups)
+    for g, m in zip(kept, moments, strict=True):
+        groups[g] = groups[g]._replace(moments=m)
+    return constants._replace(groups=tuple(groups))
+
+
 def predict_rfi(rfi_params, constants: joint.ModelConstants, spec: ShardedSpec) -> jax.Array:
     """RFI visibilities (n_dev B, n_freq, n_time) on ``P("bl")``, before the gains."""
-    group_specs = tuple(
-        tables._replace(indices=P(AXIS), rows=P(AXIS), **{f: P() for f in _TABLE_FIELDS})
-        for tables in constants.groups
-    )
+    group_specs = _group_partition_specs(constants.groups)
     mapped = jax.shard_map(
         lambda *args: rfi_block(*args, spec=spec),
         mesh=spec.mesh,
@@ -365,7 +414,9 @@ def predict_rfi(rfi_params, constants: joint.ModelConstants, spec: ShardedSpec) 
     return _keep_rows(vis, spec)
 
 
-_TABLE_FIELDS = tuple(f for f in rfi_vis.GroupTables._fields if f not in ("indices", "rows"))
+_TABLE_FIELDS = tuple(
+    f for f in rfi_vis.GroupTables._fields if f not in ("indices", "rows", "moments")
+)
 
 
 def predict(params: joint.ModelParams, constants, spec: ShardedSpec) -> joint.Prediction:

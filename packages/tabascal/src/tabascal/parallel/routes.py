@@ -18,6 +18,7 @@ benchmarks) takes its functions from here.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -25,9 +26,10 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from tabascal.config import ConfigError
-from tabascal.model import joint
+from tabascal.model import joint, rfi_vis
 from tabascal.parallel import baseline_axis, source_axis
 
 #: What ``sharding.axis`` accepts.
@@ -41,7 +43,9 @@ class Route:
     """How one route places a model and evaluates it.
 
     name: one of ``ROUTES``. place(model, mesh) -> the placed model (``spec``, ``constants``,
-    ``data``, ``params``, ``info``), mesh from ``make_mesh`` (None for "none"). predict,
+    ``data``, ``params``, ``info``), mesh from ``make_mesh`` (None for "none"), with the phase
+    moments ``rfi.phase_cache`` keeps formed (``keep_phase_moments``; abstract with
+    ``abstract_moments=True``). predict,
     predict_rfi and loss take the placed ``spec`` as their last argument (``joint.predict``'s
     signature); loss is ``joint.loss`` over this route's predict. unpad(prediction, spec) -> the
     prediction on the host (numpy) in the data's row order. make_mesh(n_dev=None) -> the mesh
@@ -78,6 +82,90 @@ def _place_single(model: joint.Model, mesh: None) -> joint.Model:
     return model
 
 
+def _moment_sizes(placed) -> tuple[list[int], Any]:
+    """Each group's kept-moment bytes per device, and the model spec."""
+    model_spec = getattr(placed.spec, "model", placed.spec)
+    shape = (model_spec.n_src, model_spec.n_freq, model_spec.n_time)
+    cplx = np.result_type(np.dtype(placed.constants.phase.dtype), np.complex64)
+    sizes = [
+        rfi_vis.moments_bytes(spec, tables.indices.a1.shape[-1], shape, model_spec.rfi_vis, cplx)
+        for spec, tables in zip(model_spec.groups, placed.constants.groups, strict=True)
+    ]
+    return sizes, model_spec
+
+
+def keep_phase_moments(name: str, placed, *, abstract: bool = False):
+    """``placed`` (route ``name``) with the phase moments of the analytic groups that
+    ``rfi.phase_cache`` keeps formed once (``rfi_vis.plan_phase_cache``), and
+    ``info["rfi_phase_cache"]`` saying which. The source axis splits each group's satellites
+    over devices and forms them at every step. abstract: the moments as
+    ``jax.ShapeDtypeStruct``s of their shape and sharding, not formed (``tabascal plan``).
+    """
+    sizes, model_spec = _moment_sizes(placed)
+    if name == "source":
+        keep = (False,) * len(sizes)
+    else:
+        keep = rfi_vis.plan_phase_cache(sizes, model_spec.groups, model_spec.rfi_vis)
+    report = rfi_vis.phase_cache_report(sizes, model_spec.groups, keep, model_spec.rfi_vis)
+    if abstract:
+        constants = _abstract_moments(placed, model_spec, keep)
+    elif name == "none":
+        constants = _single_device_moments(placed.constants, model_spec, keep)
+    else:  # the baseline axis, with or without the reuse plan
+        constants = baseline_axis.keep_phase_moments(placed.constants, placed.spec, keep)
+    info = {**placed.info, "rfi_phase_cache": report}
+    return dataclasses.replace(placed, constants=constants, info=info)
+
+
+def _single_device_moments(constants: joint.ModelConstants, model_spec, keep):
+    groups = list(constants.groups)
+    for g, spec in enumerate(model_spec.groups):
+        if keep[g]:
+            moments = rfi_vis.group_moments(
+                spec,
+                groups[g],
+                constants.phase,
+                constants.delay_us,
+                constants.freq_mhz,
+                model_spec.rfi_vis,
+            )
+            groups[g] = groups[g]._replace(moments=moments)
+    return constants._replace(groups=tuple(groups))
+
+
+def _abstract_moments(placed, model_spec, keep):
+    """The kept moments as abstract arrays: (n_mom, n_rows, n_freq, n_time, n_src, n_int_f) on
+    one device, or a leading device axis on the baseline axis's mesh."""
+    if not any(keep):
+        return placed.constants
+    mesh = getattr(placed.spec, "mesh", None)
+    sharding = (
+        SingleDeviceSharding(jax.devices()[0])
+        if mesh is None
+        else NamedSharding(mesh, PartitionSpec(baseline_axis.AXIS))
+    )
+    cplx = np.result_type(np.dtype(placed.constants.phase.dtype), np.complex64)
+    n_mom = 2 * min(model_spec.rfi_vis.time_stencil, model_spec.n_time) - 1
+    groups = list(placed.constants.groups)
+    for g, spec in enumerate(model_spec.groups):
+        if keep[g]:
+            rows = groups[g].indices.a1.shape
+            cells = (model_spec.n_freq, model_spec.n_time, model_spec.n_src, spec.n_freq_samples)
+            shape = (n_mom, *rows, *cells) if mesh is None else (rows[0], n_mom, *rows[1:], *cells)
+            moments = jax.ShapeDtypeStruct(shape, cplx, sharding=sharding)
+            groups[g] = groups[g]._replace(moments=moments)
+    return placed.constants._replace(groups=tuple(groups))
+
+
+def _keeping_moments(name: str, place):
+    """``place`` followed by ``keep_phase_moments``: every route's placement."""
+
+    def placed(model, mesh, *, abstract_moments: bool = False):
+        return keep_phase_moments(name, place(model, mesh), abstract=abstract_moments)
+
+    return placed
+
+
 def _to_host(prediction: joint.Prediction, spec) -> joint.Prediction:
     return jax.tree.map(np.asarray, prediction)
 
@@ -89,7 +177,7 @@ def _no_mesh(n_dev: int | None = None) -> None:
 def _baseline_route(name: str, reuse: bool) -> Route:
     return Route(
         name=name,
-        place=partial(baseline_axis.shard_model, reuse=reuse),
+        place=_keeping_moments(name, partial(baseline_axis.shard_model, reuse=reuse)),
         predict=baseline_axis.predict,
         predict_rfi=baseline_axis.predict_rfi,
         loss=baseline_axis.loss,
@@ -102,7 +190,7 @@ def _baseline_route(name: str, reuse: bool) -> Route:
 _REGISTRY = {
     "none": Route(
         name="none",
-        place=_place_single,
+        place=_keeping_moments("none", _place_single),
         predict=joint.predict,
         predict_rfi=joint.predict_rfi,
         loss=joint.loss,
@@ -112,7 +200,7 @@ _REGISTRY = {
     ),
     "source": Route(
         name="source",
-        place=source_axis.shard_model,
+        place=_keeping_moments("source", source_axis.shard_model),
         predict=source_axis.predict,
         predict_rfi=source_axis.predict_rfi,
         loss=source_axis.loss,

@@ -79,8 +79,9 @@ def place_abstract(model: joint.Model, axis: str, mesh):
             placed_parts,
             is_leaf=_is_abstract,
         )
-        return joint.Model(model.spec, *placed_parts, model.info)
-    placed = routes.route(axis).place(standing, mesh)
+        single = joint.Model(model.spec, *placed_parts, model.info)
+        return routes.keep_phase_moments("none", single, abstract=True)
+    placed = routes.route(axis).place(standing, mesh, abstract_moments=True)
     abstract_paths = {
         path: leaf
         for path, leaf in jax.tree_util.tree_leaves_with_path(parts, is_leaf=_is_abstract)

@@ -1,0 +1,57 @@
+"""rfi_vis.plan_phase_cache: which analytic groups keep their phase moments, from their sizes
+and rfi.phase_cache; moments_bytes against the arrays ri_kernels returns."""
+
+import numpy as np
+import pytest
+
+from tabascal.model import rfi_vis
+from tabascal.model.rfi_vis import GroupSpec, RfiVisConfig
+
+QUAD, ANALYTIC = GroupSpec("quadrature", 4, 2), GroupSpec("analytic", 1, 3)
+MIB = 2**20
+
+
+@pytest.mark.parametrize(
+    ("mode", "budget_mib", "sizes_mib", "want"),
+    [
+        ("auto", 10, [0, 4, 5], (False, True, True)),  # 9 MiB fit in 10
+        ("auto", 8, [0, 4, 5], (False, True, False)),  # the second would pass the budget
+        ("auto", 3, [0, 4, 2], (False, False, True)),  # a later, smaller group still fits
+        ("always", 0, [0, 4, 5], (False, True, True)),  # every analytic group, past any budget
+        ("never", 1e6, [0, 4, 5], (False, False, False)),
+    ],
+)
+def test_the_plan_keeps_analytic_groups_in_order_within_the_budget(
+    mode, budget_mib, sizes_mib, want
+):
+    config = RfiVisConfig(phase_cache=mode, phase_cache_mb=budget_mib)
+    specs = (QUAD, ANALYTIC, ANALYTIC)
+    sizes = [s * MIB for s in sizes_mib]
+    keep = rfi_vis.plan_phase_cache(sizes, specs, config)
+    assert keep == want
+    report = rfi_vis.phase_cache_report(sizes[:2], specs[:2], keep[:2], config)
+    assert report["mode"] == mode and set(report["groups"]) == {"analytic t1 f3"}
+    assert report["kept_mib_per_device"] == (4 if keep[1] else 0)
+
+
+def test_moments_bytes_are_the_bytes_of_the_moments_ri_kernels_forms():
+    n_ant, n_src, n_freq, n_time = 4, 2, 3, 5
+    config = RfiVisConfig(time_stencil=3)
+    a1, a2 = np.triu_indices(n_ant, 1)
+    tables = rfi_vis.make_group_tables(
+        ANALYTIC, np.arange(a1.size), a1, a2, n_ant, n_freq, n_time, 1e5, 2.0, config, np.float32
+    )
+    rng = np.random.default_rng(0)
+    phase = rng.uniform(0, 6, (n_ant, n_src, n_freq, n_time)).astype(np.float32)
+    delay = (rng.normal(size=(n_ant, n_src, n_time, 4)) * 1e-3).astype(np.float32)
+    freq = np.linspace(1000, 1001, n_freq).astype(np.float32)
+    moments = rfi_vis.group_moments(ANALYTIC, tables, phase, delay, freq, config)
+    assert moments.dtype == np.complex64
+    assert moments.shape == (5, a1.size, n_freq, n_time, n_src, ANALYTIC.n_freq_samples)
+    size = rfi_vis.moments_bytes(ANALYTIC, a1.size, (n_src, n_freq, n_time), config, np.complex64)
+    assert size == moments.nbytes
+    assert rfi_vis.moments_bytes(QUAD, a1.size, (n_src, n_freq, n_time), config, np.complex64) == 0
+    # and the size ri_kernels documents: 8 (2 n_coef - 1) bytes per pair, cell, source and
+    # fine channel in complex64
+    n_cells = a1.size * n_freq * n_time * n_src * ANALYTIC.n_freq_samples
+    assert size == 8 * (2 * 3 - 1) * n_cells

@@ -1,0 +1,117 @@
+"""Phase moments kept across steps (``rfi.phase_cache``) against formed at every evaluation:
+the same loss and gradient, on one device and on the baseline axis over 4 virtual CPU devices.
+
+The small store's 28 baselines in one analytic group (quadrature_limit 0), float64. Each case
+proves the kept moments were used: the placed group holds them (on the baseline axis split
+over the devices, one block per device), and the route's report says so.
+"""
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from tabascal.config import run_config
+from tabascal.model import joint
+from tabascal.parallel import routes
+from tabascal.store import read_observation
+
+N_DEVICES = 4
+CHEAP = {"max_groups": 1, "segments": 1, "terms": 3, "cubic_terms": 1, "sampling": "midpoint"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _float64(double_precision):
+    """Every test here runs in float64."""
+
+
+@pytest.fixture(scope="module")
+def obs(small_store, double_precision):
+    return read_observation(small_store)
+
+
+def _model(obs, **rfi):
+    config = {"precision": "double", "rfi": {"quadrature_limit": 0, **CHEAP, **rfi}}
+    return joint.build(obs, run_config.model_config(run_config.load(config)), init="prior")
+
+
+def _value_and_grad(route, placed):
+    inputs = (placed.constants, placed.data)
+
+    def loss(params):
+        return route.loss(params, inputs, placed.spec)[0]
+
+    value, grad = jax.jit(jax.value_and_grad(loss))(placed.params)
+    return float(value), [np.asarray(g) for g in jax.tree.leaves(grad)]
+
+
+def _placed(obs, name, cache, n_dev=None, **rfi):
+    route = routes.route(name)
+    mesh = route.make_mesh(n_dev)
+    return route, route.place(_model(obs, phase_cache=cache, **rfi), mesh)
+
+
+def _worst(a, b) -> float:
+    return max(float(np.max(np.abs(x - y)) / np.max(np.abs(y))) for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize(("name", "n_dev"), [("none", None), ("baseline", N_DEVICES)])
+def test_kept_moments_give_the_loss_and_gradient_of_formed_ones(obs, name, n_dev):
+    route, kept = _placed(obs, name, "always", n_dev)
+    _, formed = _placed(obs, name, "never", n_dev)
+    ((group, report),) = kept.info["rfi_phase_cache"]["groups"].items()
+    assert group.startswith("analytic") and report["kept"] and report["mib_per_device"] > 0
+    assert not formed.info["rfi_phase_cache"]["groups"][group]["kept"]
+    moments = kept.constants.groups[0].moments
+    assert formed.constants.groups[0].moments is None
+    if name == "baseline":  # split over the devices, one block of rows each
+        assert moments.shape[0] == N_DEVICES
+        assert moments.sharding.is_equivalent_to(NamedSharding(kept.spec.mesh, P("bl")), 7)
+        assert len({s.device for s in moments.addressable_shards}) == N_DEVICES
+        # the report's per-device size is one device's block
+        one_block = moments.addressable_shards[0].data.nbytes / 2**20
+        assert report["mib_per_device"] == pytest.approx(one_block, rel=1e-12)
+    else:
+        assert report["mib_per_device"] == pytest.approx(moments.nbytes / 2**20, rel=1e-12)
+
+    value_k, grad_k = _value_and_grad(route, kept)
+    value_f, grad_f = _value_and_grad(route, formed)
+    worst = _worst(grad_k, grad_f)
+    print(f"{name}: loss {abs(value_k / value_f - 1):.1e} apart, gradient {worst:.1e}")
+    # Measured 0 and 0 (the same moments in the same sums); the issue's criterion is 1e-12.
+    assert value_k == pytest.approx(value_f, rel=1e-12)
+    assert worst <= 1e-12
+
+
+def test_the_baseline_axis_keeping_moments_equals_one_device(obs):
+    route, sharded = _placed(obs, "baseline", "always", N_DEVICES)
+    single_route, single = _placed(obs, "none", "never")
+    value_s, grad_s = _value_and_grad(route, sharded)
+    value_1, _ = _value_and_grad(single_route, single)
+    print(f"baseline axis kept against one device formed: {abs(value_s / value_1 - 1):.1e}")
+    # Measured 3.3e-16 (the devices' partial sums in another order; test_sharding_baseline:
+    # 1.1e-15 at most).
+    assert value_s == pytest.approx(value_1, rel=2e-13)
+    assert all(np.isfinite(g).all() for g in grad_s)
+
+
+def test_a_budget_below_the_moments_forms_them_at_every_step(obs):
+    model = _model(obs, phase_cache="auto", phase_cache_mb=1e-6)
+    placed = routes.route("none").place(model, None)
+    report = placed.info["rfi_phase_cache"]
+    ((group, entry),) = report["groups"].items()
+    print(group, entry, report)
+    assert entry["mib_per_device"] > 1e-6 and not entry["kept"]
+    assert report["kept_mib_per_device"] == 0 and report["mode"] == "auto"
+    assert placed.constants.groups[0].moments is None
+    # and a budget that holds them keeps them
+    roomy = routes.route("none").place(_model(obs, phase_cache="auto", phase_cache_mb=1e3), None)
+    assert roomy.info["rfi_phase_cache"]["groups"][group]["kept"]
+    assert roomy.constants.groups[0].moments is not None
+
+
+def test_the_source_axis_forms_them_at_every_step_and_says_so(obs):
+    _, placed = _placed(obs, "source", "always", 2)
+    ((_, entry),) = placed.info["rfi_phase_cache"]["groups"].items()
+    assert not entry["kept"] and all(t.moments is None for t in placed.constants.groups)
