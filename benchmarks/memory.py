@@ -14,6 +14,10 @@ place_abstract``: the data, the sky mean and the sky parameters stay abstract) a
 is compiled (``tabascal.planning.stages.compile_stages``: set-up, optimiser state, initial
 diagnostics, the optimisation step, the final prediction, the export).
 
+Each ``--phase-cache`` setting (``rfi.phase_cache``: the analytic groups' phase moments kept
+within ``rfi.phase_cache_mb`` per device, always, or formed at every step) is measured on the
+same model; the record says which groups kept theirs (``phase_cache``).
+
 Reported per device: the bytes resident after placement (from each array's sharding), each
 stage's compiled arguments, outputs, temporaries and aliased bytes, and the peak estimate (the
 largest over the stages of resident bytes plus working set; see ``tabascal.planning.stages``).
@@ -49,6 +53,14 @@ def _arguments(argv=None):
     parser.add_argument("--devices", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--axes", nargs="+", default=list(AXES), choices=AXES)
     parser.add_argument(
+        "--phase-cache",
+        nargs="+",
+        default=["auto"],
+        choices=("auto", "always", "never"),
+        help="rfi.phase_cache settings to measure (the analytic groups' phase moments kept "
+        "within the budget, always, or formed at every step)",
+    )
+    parser.add_argument(
         "--override",
         default=None,
         help='JSON of further preset overrides, e.g. \'{"array": {"n_stations": 32}}\'',
@@ -70,13 +82,18 @@ def _stage_record(report) -> dict:
     }
 
 
-def measure(model, axis: str, n_dev: int, fit_config) -> dict:
-    """Place ``model`` (abstract) on ``axis`` over ``n_dev`` devices and compile its stages."""
+def measure(model, axis: str, n_dev: int, fit_config, phase_cache: str = "auto") -> dict:
+    """Place ``model`` (abstract) on ``axis`` over ``n_dev`` devices with ``rfi.phase_cache``
+    set to ``phase_cache`` and compile its stages."""
+    import dataclasses
+
     import jax
 
     from tabascal.parallel import routes
     from tabascal.planning import stages
 
+    rfi_vis = dataclasses.replace(model.spec.rfi_vis, phase_cache=phase_cache)
+    model = dataclasses.replace(model, spec=dataclasses.replace(model.spec, rfi_vis=rfi_vis))
     start = time.perf_counter()
     route = routes.route(axis)
     mesh = route.make_mesh(n_dev)
@@ -95,6 +112,7 @@ def measure(model, axis: str, n_dev: int, fit_config) -> dict:
         "stages": {r.name: _stage_record(r) for r in reports},
         "seconds_place": placed_seconds,
         "seconds_compile": time.perf_counter() - start - placed_seconds,
+        "phase_cache": info["rfi_phase_cache"],
     }
     for key in ("block_size", "n_ghost", "n_src_padded", "reuse_plan"):
         if key in info:
@@ -105,12 +123,14 @@ def measure(model, axis: str, n_dev: int, fit_config) -> dict:
 
 def _table_line(r: dict, reference: dict | None) -> str:
     if "error" in r:
-        return f"{r['axis']:>8} {r['devices']:>3}  {r['error']}"
+        return f"{r['axis']:>8} {r['devices']:>3} {r['phase_cache_mode']:>7}  {r['error']}"
     peak = max(r["peak_bytes"])
     ratio = f"{peak / max(reference['peak_bytes']):.3f}" if reference else "-"
     step = r["stages"]["step"]
+    kept = r["phase_cache"]["kept_mib_per_device"] / 1024
     return (
-        f"{r['axis']:>8} {r['devices']:>3} {_common.gb(max(r['placed_bytes'])):>9} "
+        f"{r['axis']:>8} {r['devices']:>3} {r['phase_cache_mode']:>7} {kept:>8.3f} "
+        f"{_common.gb(max(r['placed_bytes'])):>9} "
         f"{_common.gb(step['working_set']):>9} {_common.gb(peak):>9} {r['peak_stage']:>12} "
         f"{ratio:>7} {r['seconds_compile']:8.1f}"
     )
@@ -148,7 +168,8 @@ def main(argv=None) -> list[dict]:
                 f"(model from metadata in {seconds_model:.0f} s)"
             )
             print(
-                f"{'axis':>8} {'dev':>3} {'placed':>9} {'step ws':>9} {'peak GB':>9} "
+                f"{'axis':>8} {'dev':>3} {'moments':>7} {'kept GB':>8} {'placed':>9} "
+                f"{'step ws':>9} {'peak GB':>9} "
                 f"{'peak stage':>12} {'ratio':>7} {'compile':>8}"
             )
             reference = None
@@ -158,34 +179,36 @@ def main(argv=None) -> list[dict]:
                     # "none" asked for too, that one stands for them all.
                     if (axis == "none") != (n_dev == 1) and "none" in options.axes:
                         continue
-                    record = {
-                        **base,
-                        "preset": options.preset,
-                        "channels": channels,
-                        "rfi": rfi,
-                        "axis": axis,
-                        "devices": n_dev,
-                        "n_ant": meta.n_ant,
-                        "n_bl": meta.n_bl,
-                        "n_src": meta.n_sat,
-                        "n_time": meta.n_time,
-                        "rfi_snr": snr,
-                        "rfi_groups": model.info["rfi_groups"],
-                        "sky_modes": model.info["sky_modes"],
-                    }
-                    try:
-                        record.update(measure(model, axis, n_dev, fit_config))
-                    except ValueError as error:  # e.g. a plan a device count cannot take
-                        record["error"] = f"{type(error).__name__}: {error}"
-                    record["load_average"] = list(__import__("os").getloadavg())
-                    if axis == "none" and "error" not in record:
-                        reference = record
-                    if reference is not None and "error" not in record:
-                        record["ratio_to_one_device"] = max(record["peak_bytes"]) / max(
-                            reference["peak_bytes"]
-                        )
-                    print(_table_line(record, reference), flush=True)
-                    records.append(record)
+                    for phase_cache in options.phase_cache:
+                        record = {
+                            **base,
+                            "preset": options.preset,
+                            "channels": channels,
+                            "rfi": rfi,
+                            "axis": axis,
+                            "devices": n_dev,
+                            "phase_cache_mode": phase_cache,
+                            "n_ant": meta.n_ant,
+                            "n_bl": meta.n_bl,
+                            "n_src": meta.n_sat,
+                            "n_time": meta.n_time,
+                            "rfi_snr": snr,
+                            "rfi_groups": model.info["rfi_groups"],
+                            "sky_modes": model.info["sky_modes"],
+                        }
+                        try:
+                            record.update(measure(model, axis, n_dev, fit_config, phase_cache))
+                        except ValueError as error:  # e.g. a plan a device count cannot take
+                            record["error"] = f"{type(error).__name__}: {error}"
+                        record["load_average"] = list(__import__("os").getloadavg())
+                        if axis == "none" and "error" not in record and reference is None:
+                            reference = record
+                        if reference is not None and "error" not in record:
+                            record["ratio_to_one_device"] = max(record["peak_bytes"]) / max(
+                                reference["peak_bytes"]
+                            )
+                        print(_table_line(record, reference), flush=True)
+                        records.append(record)
     path = _common.write_json(records, options.json, "memory")
     print(f"wrote {path}")
     return records

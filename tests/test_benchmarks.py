@@ -17,7 +17,7 @@ def records(tmp_path_factory):
     command = [
         sys.executable, str(ROOT / "benchmarks" / "memory.py"), "--preset", "demo",
         "--override", TINY, "--channels", "2", "--devices", "1", "2", "--axes", "none",
-        "baseline", "--json", str(out),
+        "baseline", "--rfi", "analytic", "--phase-cache", "always", "never", "--json", str(out),
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -25,8 +25,10 @@ def records(tmp_path_factory):
 
 
 def test_memory_records_one_peak_per_device_for_each_axis_and_device_count(records):
-    cases = {(r["axis"], r["devices"]) for r in records}
-    assert cases == {("none", 1), ("baseline", 2)}
+    cases = {(r["axis"], r["devices"], r["phase_cache_mode"]) for r in records}
+    assert cases == {
+        (a, n, m) for a, n in (("none", 1), ("baseline", 2)) for m in ("always", "never")
+    }
     for r in records:
         for key in ("preset", "channels", "date", "commit", "machine", "jax"):
             assert key in r, key
@@ -43,9 +45,33 @@ def test_memory_records_one_peak_per_device_for_each_axis_and_device_count(recor
             assert r["peak_bytes"][d] == expected
 
 
+def test_kept_moments_are_the_step_arguments_the_compiled_program_adds(records):
+    """The compiled step's arguments grow by the kept moments' bytes the plan reports, counted
+    by XLA's buffer assignment apart from tabascal's own sizing, less the phases and delays the
+    step no longer reads (jit drops unused arguments): float32 (n_ant, n_src, n_freq, n_time)
+    and (n_ant, n_src, n_time, 4)."""
+    for axis in ("none", "baseline"):
+        kept, formed = (
+            next(r for r in records if r["axis"] == axis and r["phase_cache_mode"] == mode)
+            for mode in ("always", "never")
+        )
+        ((group, entry),) = kept["phase_cache"]["groups"].items()
+        assert group.startswith("analytic") and entry["kept"]
+        assert not formed["phase_cache"]["groups"][group]["kept"]
+        added = kept["stages"]["step"]["arguments"] - formed["stages"]["step"]["arguments"]
+        moments = entry["mib_per_device"] * 2**20
+        unread = 4 * kept["n_ant"] * kept["n_src"] * kept["n_time"] * (kept["channels"] + 4)
+        print(f"{axis}: step arguments +{added} B; moments {moments} B, phases+delays {unread} B")
+        # Measured: + moments - phases - delays - 24 B (the group's scalar tables), both axes.
+        assert moments - unread - 64 <= added <= moments
+
+
 def test_baseline_axis_places_each_device_its_block_of_the_data(records):
-    (two,) = [r for r in records if r["axis"] == "baseline" and r["devices"] == 2]
-    (one,) = [r for r in records if r["axis"] == "none"]
+    (two,) = [
+        r for r in records
+        if r["axis"] == "baseline" and r["devices"] == 2 and r["phase_cache_mode"] == "never"
+    ]  # fmt: skip
+    (one,) = [r for r in records if r["axis"] == "none" and r["phase_cache_mode"] == "never"]
     # 28 baselines on 2 devices: 14 rows each of complex64 vis, bool flags and float32 noise
     # (2 channels, 30 cells), counted here from the shapes; every device holds at least that,
     # and less than the whole model one device holds.
