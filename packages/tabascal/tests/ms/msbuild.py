@@ -67,7 +67,8 @@ def build_ms(
     tiled=False,
     seed=0,
 ) -> Written:
-    """A regular MS at ``path``. sigma: 'scalar', 'per baseline' or 'varying' (in time)."""
+    """A regular MS at ``path``. sigma: 'scalar', 'per baseline', 'varying' (in time) or
+    'ones' (SIGMA and WEIGHT 1 everywhere, as pyuvdata writes them)."""
     rng = np.random.default_rng(seed)
     n_corr = len(corr)
     pairs = [(a, b) for a in range(n_ant) for b in range(a, n_ant) if autocorrelations or a < b]
@@ -139,6 +140,7 @@ def build_ms(
         "per baseline": np.tile(per_bl, (n_time * n_spw, 1)),
         "varying": np.tile(per_bl, (n_time * n_spw, 1))
         * (1 + 0.2 * t_idx[:, None]).astype(np.float32),
+        "ones": np.ones((n_rows, n_corr), np.float32),
     }[sigma]
     ms.addrows(n_rows)
     columns = {
@@ -158,6 +160,16 @@ def build_ms(
         positions=positions, dish=dish, freqs=freqs, chan_width=width, phase_dir=phase_dir,
         corr_types=list(corr), t_index=t_idx,
     )  # fmt: skip
+
+
+def add_cell_column(path, name: str, values: np.ndarray) -> None:
+    """Add the float column ``name`` (WEIGHT_SPECTRUM, SIGMA_SPECTRUM) holding ``values``
+    (n_rows, n_chan, n_corr) to the MS at ``path``."""
+    with tables.table(str(path), readonly=False, ack=False) as ms:
+        desc = tables.makearrcoldesc(name, 0.0, ndim=2, shape=list(values.shape[1:]),
+                                     valuetype="float")  # fmt: skip
+        ms.addcols(tables.maketabdesc([desc]))
+        ms.putcol(name, values.astype(np.float32))
 
 
 def expected_cube(written: Written, values: np.ndarray, rows_mask: np.ndarray, n_time: int):

@@ -12,6 +12,7 @@ import sys
 from tabascal import TabascalError
 
 CORRELATIONS = ("I", "XX", "YY", "RR", "LL")  # as measurement_set.correlations.CORRELATIONS
+NOISE_METHODS = ("column", "estimate")  # as measurement_set.reader.NOISE_METHODS
 
 
 def _selection_arguments(parser, column_help: str) -> None:
@@ -34,6 +35,19 @@ def _selection_arguments(parser, column_help: str) -> None:
         help="how far a row's TIME may lie from its integration of the grid, as a fraction of "
         "INTERVAL (at least 0.001, below 0.5) [default 0.1]",
     )
+
+
+def _range_argument(text: str) -> slice:
+    """``A:B`` (either may be left out, negative counts from the end) as a slice."""
+    parts = text.split(":")
+    try:
+        if len(parts) not in (2, 3):
+            raise ValueError
+        return slice(*(int(p) if p.strip() else None for p in parts))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a range START:STOP of indices (e.g. 10:200, :64, =-8:)"
+        ) from None
 
 
 def _fail(command: str, err: BaseException) -> int:
@@ -80,6 +94,39 @@ def _grid_lines(meta, info: dict) -> list[str]:
     return lines
 
 
+def _noise_lines(info: dict) -> list[str]:
+    """Where the noise came from and why, for the import summary."""
+    noise = info["noise"]
+    median = f"median {noise['median']:.4g} Jy"
+    if noise["method"] == "column":
+        remark = f" as asked, {median}; {noise['reason']}" if noise["reason"] else f", {median}"
+        return [f"  noise from {noise['column']}{remark}"]
+    along = "adjacent-integration" if noise["axis"] == "integrations" else "adjacent-channel"
+    estimated = f"noise estimated from {along} differences"
+    first = f"  {noise['reason']}: {estimated}" if noise["reason"] else f"  {estimated} as asked"
+    return [
+        f"{first}, {median}",
+        f"    per-antenna factors fitted to the baselines' estimates, which scatter by "
+        f"{100 * noise['scatter']:.1f} % about them ({100 * noise['expected_scatter']:.1f} % "
+        "expected from their samples)",
+    ]
+
+
+def _range_lines(meta, info: dict) -> list[str]:
+    """The channels and integrations read, when not all of them."""
+    lines = []
+    start, stop = info["channels"]
+    if stop - start < info["channels_in_window"]:
+        lines.append(
+            f"  channels {start}:{stop} of the window's {info['channels_in_window']} "
+            f"({meta.freqs_hz[0] / 1e6:.6g} to {meta.freqs_hz[-1] / 1e6:.6g} MHz)"
+        )
+    start, stop = info["integrations"]
+    if stop - start < info["integrations_in_grid"]:
+        lines.append(f"  integrations {start}:{stop} of {info['integrations_in_grid']}")
+    return lines
+
+
 def _import_ms(args: argparse.Namespace) -> int:
     from tabascal.measurement_set import import_measurement_set
 
@@ -98,6 +145,9 @@ def _import_ms(args: argparse.Namespace) -> int:
             satellites=args.satellites or None,
             ut1_utc_s=args.ut1_utc,
             time_tolerance=args.time_tolerance,
+            channels=args.channels,
+            times=args.times,
+            noise=args.noise,
         )
     except FileExistsError:
         return _fail("import-ms", ValueError(f"{args.output} exists; add --overwrite"))
@@ -112,9 +162,13 @@ def _import_ms(args: argparse.Namespace) -> int:
         f"  {meta.n_ant} stations, {meta.n_bl} baselines, {meta.n_freq} channels, "
         f"{meta.n_time} integrations of {meta.int_time:g} s from {meta.epoch_utc}"
     )
+    for line in _range_lines(meta, info):
+        print(line)
     if info["autocorrelation_rows_dropped"]:
         print(f"  {info['autocorrelation_rows_dropped']} autocorrelation rows left out")
     for line in _grid_lines(meta, info):
+        print(line)
+    for line in _noise_lines(info):
         print(line)
     if meta.n_sat:
         print(f"  {meta.n_sat} satellites, elevation during the observation:")
@@ -137,11 +191,35 @@ def add_import_ms(subparsers) -> None:
         "Measurement Set into a zarr observation store. Rows may come in any order; each is "
         "placed on the nearest integration of a grid spaced by INTERVAL, and baselines or "
         "integrations without rows are filled as flagged; autocorrelations are left out. "
+        "The noise comes from the MS's SIGMA or WEIGHT columns, or, where those are "
+        "placeholders, is estimated from the data; the summary says which and why. "
         """Needs the 'ms' extra: pip install "tabascal[ms]".""",
     )
     parser.add_argument("ms", help="the Measurement Set")
     parser.add_argument("-o", "--output", required=True, help="store to create (e.g. obs.zarr)")
     _selection_arguments(parser, "data column to read [default DATA]")
+    parser.add_argument(
+        "--channels",
+        type=_range_argument,
+        metavar="A:B",
+        help="channels to read, by their index in the spectral window as the MS stores it "
+        "(Python slice: 10:200, :64; from the end with '=': --channels=-8:) [default: all]",
+    )
+    parser.add_argument(
+        "--times",
+        type=_range_argument,
+        metavar="A:B",
+        help="integrations to read, by their index in time order (Python slice, as --channels) "
+        "[default: all]",
+    )
+    parser.add_argument(
+        "--noise",
+        choices=NOISE_METHODS,
+        help="column: the noise column that describes --column (SIGMA_SPECTRUM, "
+        "WEIGHT_SPECTRUM, SIGMA, WEIGHT); estimate: from the data, by differences of adjacent "
+        "integrations fitted to per-antenna factors [default: the column, unless it is a "
+        "placeholder (SIGMA 1 everywhere, a constant WEIGHT): then the estimate]",
+    )
     parser.add_argument("--tle", help="TLE file of the satellites' orbits")
     parser.add_argument(
         "--satellites",

@@ -3,7 +3,10 @@
 - :func:`open_observation` reads a baseline block of a zarr store or a Measurement Set as a
   :class:`tabascal.store.Observation`; :class:`MeasurementSetReader` and
   :func:`read_observation_ms` read Measurement Sets (one spectral window, field, data column
-  and correlation; rows by (time, baseline); see :mod:`.reader` and :mod:`.selection`).
+  and correlation, a range of channels and integrations; rows by (time, baseline); see
+  :mod:`.reader` and :mod:`.selection`); the noise from SIGMA or WEIGHT, or estimated from the
+  data where those are placeholders (:mod:`.noise`, plain numpy; :class:`NoiseSource` says
+  which).
 - :func:`import_measurement_set` converts one into a store (``tabascal import-ms``).
 - :func:`export_results` adds a fit's TAB_SKY_DATA, TAB_RFI_DATA and TAB_RES_DATA columns to
   the Measurement Set the data came from (``tabascal export-ms``).
@@ -23,7 +26,7 @@ from tabascal.measurement_set.observation import (
     observation_info,
     open_observation,
 )
-from tabascal.measurement_set.reader import MeasurementSetReader, read_observation_ms
+from tabascal.measurement_set.reader import MeasurementSetReader, NoiseSource, read_observation_ms
 from tabascal.measurement_set.selection import MsError, MsSelection
 from tabascal.measurement_set.writer import write_measurement_set
 
@@ -36,6 +39,7 @@ __all__ = [
     "MissingExtraError",
     "MsError",
     "MsSelection",
+    "NoiseSource",
     "correlation_plan",
     "export_results",
     "import_measurement_set",

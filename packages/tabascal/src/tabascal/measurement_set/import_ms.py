@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from tabascal.measurement_set.reader import MeasurementSetReader
@@ -12,14 +14,16 @@ def import_measurement_set(
     ms_path, output, *, overwrite: bool = False, chunk_rows: int | None = None, **options
 ) -> ObservationMeta:
     """Write the Measurement Set ``ms_path`` as a new store at ``output``, block of baselines by
-    block; ``options`` as for :class:`MeasurementSetReader`. Returns the store's metadata."""
+    block; ``options`` as for :class:`MeasurementSetReader`. Returns the store's metadata,
+    whose ``metadata['measurement_set']['noise']`` says where the noise came from."""
     with MeasurementSetReader(ms_path, **options) as reader:
-        meta = reader.meta
-        scalar = np.ndim(reader.noise) == 0
+        noise = reader.noise  # first: an estimate reads the data once before they are written
+        meta = dataclasses.replace(reader.meta, metadata=reader.metadata())
+        scalar = np.ndim(noise) == 0
         with ObservationWriter(
             output,
             meta,
-            noise=float(reader.noise) if scalar else None,
+            noise=float(noise) if scalar else None,
             overwrite=overwrite,
             chunk_rows=chunk_rows,
         ) as writer:

@@ -19,9 +19,9 @@ def open_observation(path, rows: slice | None = None, *, truth: bool = True, **m
     Measurement Set, as a :class:`tabascal.store.Observation`.
 
     ``ms_options`` (column, correlation, spw, field, orbits, tle_file, satellites, ut1_utc_s,
-    time_tolerance) apply to Measurement Sets only (see :class:`MeasurementSetReader`); a
-    Measurement Set without python-casacore raises :class:`MissingExtraError`, which says how
-    to install it.
+    time_tolerance, channels, times, noise) apply to Measurement Sets only (see
+    :class:`MeasurementSetReader`); a Measurement Set without python-casacore raises
+    :class:`MissingExtraError`, which says how to install it.
     """
     if is_measurement_set(path):
         from tabascal.measurement_set.reader import read_observation_ms
@@ -36,7 +36,8 @@ def open_observation(path, rows: slice | None = None, *, truth: bool = True, **m
 
 def observation_info(path, **ms_options) -> StoreInfo:
     """Sizes of the observation at ``path`` (a store's from its metadata; a Measurement Set's
-    from its small columns, with chunk_rows = n_bl and format_version 0)."""
+    from its small columns, with chunk_rows = n_bl and format_version 0; without reading the
+    data, even when the noise is to be estimated from them)."""
     if not is_measurement_set(path):
         return store_info(path)
     from tabascal.measurement_set.reader import MeasurementSetReader
@@ -50,7 +51,7 @@ def observation_info(path, **ms_options) -> StoreInfo:
             n_time=m.n_time,
             n_sat=m.n_sat,
             chunk_rows=m.n_bl,
-            noise_per_baseline=reader.noise.ndim == 1,
+            noise_per_baseline=reader.noise_per_baseline,
             has_truth=False,
             format_version=0,
         )

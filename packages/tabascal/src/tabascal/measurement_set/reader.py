@@ -7,19 +7,27 @@ any order, with jittered times or missing, make a (time, baseline) grid):
   (:mod:`~tabascal.measurement_set.correlations`), flags from ``FLAG`` (of the correlations
   used) OR ``FLAG_ROW``, non-finite values flagged too; a (time, baseline) without a row in
   the MS is filled with vis 0, flagged (a warning counts them);
-- the noise from ``SIGMA``, taken as the standard deviation of each of the real and imaginary
-  parts (CASA's convention: ``WEIGHT = 1 / SIGMA^2``). Per baseline, the quadratic mean over
-  the rows not flagged by ``FLAG_ROW`` (all rows if every one is); a warning is logged when a
-  baseline's SIGMA varies by more than 1 % in time, since the store keeps one noise per
-  baseline. The noise is a scalar when every selected row has the same SIGMA, else per baseline;
+- the noise (:mod:`~tabascal.measurement_set.noise`, one value per baseline, the standard
+  deviation of each of the real and imaginary parts): from the MS's noise column that
+  describes the data column (SIGMA_SPECTRUM, WEIGHT_SPECTRUM, SIGMA or WEIGHT for DATA;
+  WEIGHT_SPECTRUM or WEIGHT for CORRECTED_DATA; ``noise = 1 / sqrt(WEIGHT)``), per baseline
+  the quadratic mean over its unflagged cells (rows for SIGMA and WEIGHT: those not flagged by
+  ``FLAG_ROW``; all if every one is), a warning when it varies by more than 1 %; a scalar when
+  a per-row column is the same on every selected row. Cells whose per-channel weight is 0
+  (noise infinite) are flagged. Unless ``noise='column'``, a column that is a placeholder
+  (SIGMA 1 everywhere, a constant WEIGHT) gives way to an estimate from the data
+  (``noise='estimate'``): differences of adjacent integrations (adjacent channels for a
+  single integration), fitted to per-antenna factors. Reading a per-channel column or
+  estimating reads the data once more, the first time the noise is needed;
 - antennas: only those in a selected baseline are kept (``a1``, ``a2`` index them in MS order;
   ``metadata['measurement_set']['antenna_ids']`` maps back), positions from ANTENNA
   ``POSITION`` (ITRF), the dish diameter is the smallest of theirs (its beam is the widest, so
   the sky model's field covers every station's; a warning when they differ);
 - times from ``TIME`` (each integration's median) and ``INTERVAL``, channels from
   SPECTRAL_WINDOW ``CHAN_FREQ`` and ``CHAN_WIDTH`` (descending channels are reversed to
-  ascending), the phase centre from FIELD ``PHASE_DIR``
-  (:mod:`~tabascal.measurement_set.frames`), gast0 the IAU 1982 GMST of the start;
+  ascending; ``channels`` and ``times`` read a range of them, :mod:`.selection`), the phase
+  centre from FIELD ``PHASE_DIR`` (:mod:`~tabascal.measurement_set.frames`), gast0 the IAU
+  1982 GMST of the start;
 - satellites: given orbits, else a TLE file and catalogue numbers, else the orbits tabascal
   stored in the MS when it wrote it (table keyword ``TABASCAL_ORBITS``), else none.
 
@@ -30,26 +38,26 @@ integrations at a time.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from tabascal.measurement_set import _casacore, frames
-from tabascal.measurement_set.correlations import correlation_names, correlation_plan
-from tabascal.measurement_set.selection import TIME_TOLERANCE, MsError, scan, subtable
-from tabascal.observation import geometry as geo
-from tabascal.observation.tle import TleOrbits, load_tle_orbits
+from tabascal.measurement_set import _casacore
+from tabascal.measurement_set import noise as ms_noise
+from tabascal.measurement_set.correlations import correlation_plan
+from tabascal.measurement_set.metadata import METADATA_KEYWORD, read_meta
+from tabascal.measurement_set.metadata import ORBITS_KEYWORD as ORBITS_KEYWORD  # writer's import
+from tabascal.measurement_set.selection import TIME_TOLERANCE, MsError, scan
 from tabascal.store import Observation, ObservationMeta, row_blocks
 
 log = logging.getLogger(__name__)
 
-ORBITS_KEYWORD = "TABASCAL_ORBITS"
-METADATA_KEYWORD = "TABASCAL_METADATA"
 BLOCK_BYTES = 64 * 2**20  # visibility cells read per block of integrations
 SIGMA_SPREAD = 0.01
+NOISE_METHODS = ("column", "estimate")
+SCATTER_WARNING = 2.0  # estimates scattering this many times their sampling about the fit
 
 
 @dataclass(frozen=True)
@@ -60,22 +68,25 @@ class ReadStats:
     calls: int
 
 
-def orbits_from_keyword(record: dict, epoch_utc: str, gast0_rad: float):
-    """Orbits stored by :func:`tabascal.measurement_set.write_measurement_set`."""
-    names = tuple(record["names"]) if "names" in record else None
-    if record["kind"] == "tle":
-        return TleOrbits(
-            tuple(record["line1"]),
-            tuple(record["line2"]),
-            epoch_utc,
-            gast0_rad=gast0_rad,
-            names=names,
-            ut1_utc_s=float(record["ut1_utc_s"]),
-        )
-    fields = ("altitude_m", "inclination_rad", "raan_rad", "arg_lat_rad")
-    return geo.CircularOrbits(
-        *(np.asarray(record[f], dtype=np.float64) for f in fields), names=names
-    )
+@dataclass(frozen=True)
+class NoiseSource:
+    """Where the noise came from, for the import summary and the store's metadata.
+
+    method: 'column' or 'estimate'. column: the MS column read ('column'), or the placeholder
+    that gave way to the estimate (None when the estimate was asked for). reason: why, or
+    None. axis: 'integrations' or 'channels', what the estimate differenced (else None).
+    median: the median noise over the baselines (Jy). scatter, expected_scatter: of the
+    per-baseline estimates about their per-antenna fit, and from their sampling alone
+    (:class:`~tabascal.measurement_set.noise.AntennaNoise`; estimate only).
+    """
+
+    method: str
+    column: str | None
+    reason: str | None
+    median: float
+    axis: str | None = None
+    scatter: float | None = None
+    expected_scatter: float | None = None
 
 
 class MeasurementSetReader:
@@ -85,8 +96,15 @@ class MeasurementSetReader:
     'YY', 'RR' or 'LL'. spw, field: ids to read (needed when the data hold several). orbits:
     the satellites; or tle_file with satellites (catalogue numbers, None: all in the file) and
     ut1_utc_s. time_tolerance: how far (in INTERVALs, at least 0.001 and below 0.5) a row's
-    TIME may lie from its integration of the grid (:mod:`.selection`). Use as a context
-    manager, or call :meth:`close`.
+    TIME may lie from its integration of the grid (:mod:`.selection`). channels, times: slices
+    (step 1) of the spectral window's channels (MS order) and of the grid's integrations to
+    read, None for all. noise: 'column' (the MS's noise column), 'estimate' (from the data),
+    or None: the column unless it is a placeholder (see the module). Use as a context manager,
+    or call :meth:`close`.
+
+    ``meta`` holds what the small columns and subtables give; the noise (``noise``,
+    ``noise_source``) is worked out the first time it is needed, which reads the data for an
+    estimate or a per-channel column.
     """
 
     def __init__(
@@ -102,7 +120,12 @@ class MeasurementSetReader:
         satellites=None,
         ut1_utc_s: float = 0.0,
         time_tolerance: float = TIME_TOLERANCE,
+        channels: slice | None = None,
+        times: slice | None = None,
+        noise: str | None = None,
     ):
+        if noise not in (None, *NOISE_METHODS):
+            raise MsError(f"noise {noise!r}: choose one of {NOISE_METHODS}, or None")
         tables = _casacore.tables()
         self.path = Path(path)
         if not self.path.exists():
@@ -111,17 +134,26 @@ class MeasurementSetReader:
             raise MsError(f"{self.path} is not a Measurement Set (no table.dat)")
         self._table = tables.table(str(self.path), ack=False, readonly=True)
         try:
-            self._open(tables, column, correlation, spw, field, time_tolerance)
-            self.meta = self._read_meta(tables, orbits, tle_file, satellites, ut1_utc_s)
-            noise = self._noise()
+            self._open(tables, column, correlation, spw, field, time_tolerance, channels, times)
+            self.meta = read_meta(
+                tables,
+                self.path,
+                self._table,
+                self.selection,
+                column=column,
+                plan=self.plan,
+                orbits=orbits,
+                tle_file=tle_file,
+                satellites=satellites,
+                ut1_utc_s=ut1_utc_s,
+            )
+            self.stats = ReadStats(0, 0)
+            self._choose_noise(noise)
         except BaseException:
             self._table.close()
             raise
-        #: () when every selected row has the same SIGMA, else (n_bl,): float64 Jy
-        self.noise = np.float64(noise[0]) if np.all(noise == noise[0]) else noise
-        self.stats = ReadStats(0, 0)
 
-    def _open(self, tables, column, correlation, spw, field, time_tolerance):
+    def _open(self, tables, column, correlation, spw, field, time_tolerance, channels, times):
         names = self._table.colnames()
         if column not in names:
             data_columns = [c for c in names if c.endswith("DATA")]
@@ -129,7 +161,9 @@ class MeasurementSetReader:
         if self._table.getcoldesc(column).get("valueType") not in ("complex", "dcomplex"):
             raise MsError(f"column '{column}' of {self.path} is not complex")
         self.column = column
-        self.selection = scan(tables, self.path, self._table, spw, field, time_tolerance)
+        self.selection = scan(
+            tables, self.path, self._table, spw, field, time_tolerance, channels, times
+        )
         try:
             self.plan = correlation_plan(self.selection.corr_types, correlation)
         except ValueError as err:
@@ -157,153 +191,218 @@ class MeasurementSetReader:
         if time_ref != "UTC":
             raise MsError(f"{self.path}: TIME is in {time_ref}; tabascal reads UTC times")
 
-    def _antennas(self, tables):
-        sel = self.selection
-        used = np.unique(np.concatenate([sel.ant1, sel.ant2]))
-        with subtable(tables, self.path, "ANTENNA") as ants:
-            position = ants.getcol("POSITION")[used]
-            dish = ants.getcol("DISH_DIAMETER")[used]
-            names = [str(n) for n in np.asarray(ants.getcol("NAME"))[used]]
-        if np.ptp(dish) > 0:
-            log.warning(
-                "dish diameters differ (%g to %g m); using the smallest", dish.min(), dish.max()
+    def _choose_noise(self, method: str | None) -> None:
+        """The noise columns that describe the data column, best first; the noise is worked
+        out now when the best is a per-row column (cheap), else when first needed."""
+        self._noise_method = method
+        self._noise, self._noise_source = None, None
+        held = self.selection.row_index[self.selection.row_index >= 0]
+        present = [
+            name
+            for name in (*ms_noise.SPECTRUM_COLUMNS, *ms_noise.ROW_COLUMNS)
+            if name in self._table.colnames() and self._table.iscelldefined(name, int(held[0]))
+        ]
+        self._noise_columns = ms_noise.noise_columns(self.column, present)
+        if not self._noise_columns and method == "column":
+            raise MsError(
+                f"{self.path} has no noise column for {self.column} (SIGMA_SPECTRUM, "
+                "WEIGHT_SPECTRUM, SIGMA or WEIGHT); estimate the noise from the data instead "
+                "(--noise estimate)"
             )
-        a1, a2 = np.searchsorted(used, sel.ant1), np.searchsorted(used, sel.ant2)
-        return used, names, position, float(dish.min()), a1.astype(np.int32), a2.astype(np.int32)
+        self._resolve_noise(without_data=True)
 
-    def _noise(self) -> np.ndarray:
-        """Per-baseline noise (n_bl,) float64 from SIGMA and FLAG_ROW."""
+    def _resolve_noise(self, without_data: bool = False) -> None:
+        """The first noise column that is not a placeholder (the first column whatever it
+        holds when the column was asked for); the estimate when every one is, or when asked.
+        ``without_data``: stop, leaving the noise unknown, where a per-channel column or the
+        data would have to be read."""
+        # A SIGMA of 1 that tabascal wrote is its simulation's noise, not a placeholder.
+        trusted = METADATA_KEYWORD in self._table.getkeywords()
+        placeholders = []
+        for name in self._noise_columns if self._noise_method != "estimate" else []:
+            per_row = name in ms_noise.ROW_COLUMNS
+            if without_data and not per_row:
+                return
+            if per_row:
+                values = self._table.getcol(name)[self.selection.row_index]
+                used = values[self.selection.row_index >= 0][:, list(self.plan.indices)]
+                lowest, highest = float(used.min()), float(used.max())
+            else:
+                lowest, highest = self._column_range(name)
+            placeholder = not trusted and ms_noise.is_placeholder(name, lowest, highest)
+            if placeholder and self._noise_method != "column":
+                placeholders.append((name, lowest))
+                continue
+            reason = ms_noise.placeholder_text([(name, lowest)]) if placeholder else None
+            if per_row:
+                self._row_noise(name, values, reason)
+            else:
+                self._spectrum_noise(name, reason)
+            return
+        if without_data:
+            return
+        if placeholders:
+            reason = ms_noise.placeholder_text(placeholders)
+        elif self._noise_method is None:
+            reason = f"{self.path} has no noise column for {self.column}"
+        else:
+            reason = None  # asked for
+        self._estimate_noise(placeholders[0][0] if placeholders else None, reason)
+
+    def _row_noise(self, name: str, values: np.ndarray, reason: str | None) -> None:
+        """The noise from the per-row column ``name`` (SIGMA or WEIGHT; values at each
+        (integration, baseline), (n_time, n_bl, n_corr)) over rows not flagged by FLAG_ROW."""
         idx = self.selection.row_index
         held = idx >= 0
-        idx = np.where(held, idx, 0)
-        sigma = self.plan.sigma(self._table.getcol("SIGMA")[idx])  # (n_time, n_bl)
+        sigma = np.where(held, self.plan.sigma(ms_noise.noise_from_column(name, values)), np.nan)
         good = held & ~self._table.getcol("FLAG_ROW")[idx]
-        unflagged = good.any(axis=0)
-        good[:, ~unflagged] = held[:, ~unflagged]
-        var = np.where(good, sigma**2, 0.0).sum(axis=0) / good.sum(axis=0)
-        noise = np.sqrt(var)
+        noise, spread = ms_noise.quadratic_mean(sigma.T, good.T)
+        self._check_noise(name, noise, spread, "in time")
+        scalar = np.all(noise == noise[0])
+        self._set_noise(np.float64(noise[0]) if scalar else noise, "column", name, reason)
+
+    def _spectrum_noise(self, name: str, reason: str | None) -> None:
+        """The noise from the per-channel column ``name`` over each baseline's unflagged
+        cells: a pass over the data."""
+        parts = []
+        for rows in self._pass_blocks():
+            _, flags, cell_noise = self._block(rows, name)
+            parts.append(ms_noise.quadratic_mean(cell_noise, ~flags))
+        noise, spread = (np.concatenate(p) for p in zip(*parts, strict=True))
+        self._check_noise(name, noise, spread, "over a baseline's cells")
+        self._set_noise(noise, "column", name, reason)
+
+    def _check_noise(self, name: str, noise: np.ndarray, spread: np.ndarray, over: str):
         bad = np.flatnonzero(~np.isfinite(noise) | (noise <= 0))
         if bad.size:
             b = int(bad[0])
             raise MsError(
-                f"{self.path}: SIGMA of baseline ({self.selection.ant1[b]}, "
-                f"{self.selection.ant2[b]}) is {noise[b]}; tabascal needs positive noise"
+                f"{self.path}: {name} of baseline ({self.selection.ant1[b]}, "
+                f"{self.selection.ant2[b]}) gives noise {noise[b]}; tabascal needs positive "
+                "noise (--noise estimate estimates it from the data)"
             )
-        kept = np.where(good, sigma, np.nan)
-        spread = (np.nanmax(kept, axis=0) - np.nanmin(kept, axis=0)) / noise
         if spread.max() > SIGMA_SPREAD:
             log.warning(
-                "SIGMA varies in time by up to %.1f %% on a baseline; using each baseline's "
-                "quadratic mean over time",
+                "%s varies %s by up to %.1f %% on a baseline; using each baseline's quadratic mean",
+                name,
+                over,
                 100 * spread.max(),
             )
-        return noise
 
-    def _phase_centre(self, tables, ant_itrf, epoch, gast0: float, t_mid: float):
-        """(ra, dec) in tabascal's frame, and the FIELD PHASE_DIR record for the metadata."""
-        field = self.selection.field
-        with subtable(tables, self.path, "FIELD") as fields:
-            direction = np.asarray(fields.getcell("PHASE_DIR", field))
-            ref = fields.getcolkeyword("PHASE_DIR", "MEASINFO").get("Ref", "J2000")
-        if np.any(direction[1:] != 0):
-            raise MsError(
-                f"{self.path}: the phase centre of field {field} moves (PHASE_DIR has "
-                "polynomial terms); tabascal needs a fixed one"
-            )
+    def _estimate_noise(self, column: str | None, reason: str | None) -> None:
+        """The noise from the data (:mod:`.noise`): differences of adjacent integrations
+        (channels when the selection holds one integration), fitted to per-antenna factors."""
+        meta = self.meta
+        axis, along = (2, "integrations") if meta.n_time > 1 else (1, "channels")
+        parts = []
+        for rows in self._pass_blocks():
+            vis, flags, _ = self._block(rows)
+            parts.append(ms_noise.baseline_noise(vis, flags, axis))
+        noise_bl, n_samples = (np.concatenate(p) for p in zip(*parts, strict=True))
         try:
-            ra, dec = frames.phase_centre_from_ms(*direction[0], ref, ant_itrf, epoch, gast0, t_mid)
+            fit = ms_noise.antenna_noise(noise_bl, n_samples, meta.a1, meta.a2, meta.n_ant)
         except ValueError as err:
-            raise MsError(f"{self.path}: {err}") from None
-        record = {"ref": ref, "ra_rad": float(direction[0, 0]), "dec_rad": float(direction[0, 1])}
-        return ra, dec, record
-
-    def _orbits(self, orbits, tle_file, satellites, ut1_utc_s, epoch, gast0: float):
-        """Given orbits, else those of the TLE file, else those tabascal stored, else none."""
-        if orbits is not None:
-            return orbits
-        if tle_file is not None:
-            return load_tle_orbits(
-                tle_file, satellites, epoch, gast0_rad=gast0, ut1_utc_s=ut1_utc_s
+            raise MsError(
+                f"{self.path}: cannot estimate the noise from differences of adjacent {along}: "
+                f"{err}; read more {along}, or give the noise in SIGMA (--noise column)"
+            ) from None
+        if fit.scatter > SCATTER_WARNING * fit.expected_scatter:
+            log.warning(
+                "the baselines' noise estimates scatter by %.1f %% about per-antenna factors, "
+                "%.1f times what their sampling gives (%.1f %%): some baselines hold signal "
+                "that changes between adjacent %s by more than the noise",
+                100 * fit.scatter,
+                fit.scatter / fit.expected_scatter,
+                100 * fit.expected_scatter,
+                along,
             )
-        keywords = self._table.getkeywords()
-        if ORBITS_KEYWORD in keywords:
-            return orbits_from_keyword(keywords[ORBITS_KEYWORD], epoch.isoformat(), gast0)
-        return geo.CircularOrbits([], [], [], [])
-
-    def _read_meta(self, tables, orbits, tle_file, satellites, ut1_utc_s) -> ObservationMeta:
-        sel = self.selection
-        used, names, ant_itrf, dish, a1, a2 = self._antennas(tables)
-        epoch = frames.datetime_from_mjd_seconds(sel.time_mjd_s[0] - sel.interval_s / 2)
-        times_s = sel.time_mjd_s - frames.mjd_seconds(epoch)
-        gast0 = geo.greenwich_sidereal_angle(epoch)
-        t_mid = float(times_s[0] + times_s[-1]) / 2
-        ra, dec, phase_dir = self._phase_centre(tables, ant_itrf, epoch, gast0, t_mid)
-        metadata = json.loads(self._table.getkeywords().get(METADATA_KEYWORD, "{}"))
-        metadata["measurement_set"] = {
-            "path": str(self.path.resolve()),
-            "column": self.column,
-            "correlation": self.plan.describe(),
-            "correlations_in_data": correlation_names(sel.corr_types),
-            "spw": sel.spw,
-            "field": sel.field,
-            "phase_dir": phase_dir,
-            "antenna_ids": used.tolist(),
-            "antenna_names": names,
-            "autocorrelation_rows_dropped": sel.n_autocorrelations,
-            "channels_reversed": sel.reversed,
-            "correlation_in_place_of": self.plan.stands_for,
-            "rows_in_time_order": sel.in_time_order,
-            "time_tolerance": sel.time_tolerance,
-            "max_time_offset": sel.max_time_offset,
-            "rows_filled": sel.n_rows_filled,
-            "integrations_filled": sel.n_times_filled,
-        }
-        return ObservationMeta(
-            a1=a1,
-            a2=a2,
-            ant_itrf=ant_itrf,
-            dish_diameter_m=dish,
-            times_s=times_s,
-            int_time=sel.interval_s,
-            freqs_hz=sel.chan_freq_hz,
-            chan_width=sel.chan_width_hz,
-            gast0_rad=gast0,
-            epoch_utc=epoch.isoformat(),
-            ra_rad=ra,
-            dec_rad=dec,
-            orbits=self._orbits(orbits, tle_file, satellites, ut1_utc_s, epoch, gast0),
-            metadata=metadata,
+        self._set_noise(
+            fit.noise,
+            "estimate",
+            column,
+            reason,
+            axis=along,
+            scatter=fit.scatter,
+            expected_scatter=fit.expected_scatter,
         )
 
-    def _cells(self, name: str, rownrs: np.ndarray) -> np.ndarray:
+    def _set_noise(self, noise, method: str, column: str | None, reason: str | None, **fit):
+        self._noise = noise
+        self._noise_source = NoiseSource(method, column, reason, float(np.median(noise)), **fit)
+
+    @property
+    def noise(self) -> np.ndarray:
+        """() float64 Jy when read from a per-row column equal on every selected row, else
+        (n_bl,); worked out (reading the data if need be) the first time it is asked for."""
+        if self._noise is None:
+            self._resolve_noise()
+        return self._noise
+
+    @property
+    def noise_source(self) -> NoiseSource:
+        """Where :attr:`noise` came from, and why."""
+        if self._noise is None:
+            self._resolve_noise()
+        return self._noise_source
+
+    @property
+    def noise_per_baseline(self) -> bool:
+        """Whether the noise is (n_bl,), known without reading the data: it is, unless read
+        from a per-row column equal on every selected row."""
+        return self._noise is None or np.ndim(self._noise) == 1
+
+    def _column_range(self, name: str) -> tuple[float, float]:
+        """Smallest and largest value of the per-channel column ``name`` over the selected
+        rows, channels and correlations used."""
+        rownrs = np.sort(self.selection.row_index[self.selection.row_index >= 0])
+        n_chan = self.meta.n_freq * len(self.selection.corr_types)
+        step = max(1, BLOCK_BYTES // (8 * n_chan))
+        lowest, highest = np.inf, -np.inf
+        for k in range(0, rownrs.size, step):
+            cells = self._cells(name, rownrs[k : k + step], self.selection.channels)
+            used = cells[..., list(self.plan.indices)]
+            lowest, highest = min(lowest, used.min()), max(highest, used.max())
+        return float(lowest), float(highest)
+
+    def _pass_blocks(self):
+        """Blocks of baselines for a pass over the data, about BLOCK_BYTES of vis each."""
+        per_row = 16 * self.meta.n_freq * self.meta.n_time
+        return row_blocks(self.selection.n_bl, max(1, BLOCK_BYTES // per_row))
+
+    def _cells(self, name: str, rownrs: np.ndarray, channels: slice | None = None) -> np.ndarray:
         """Column ``name`` at table rows ``rownrs`` (any order), reading the covering span when
-        at most half of it is unwanted, else just those rows."""
+        at most half of it is unwanted, else just those rows; only MS ``channels`` (a slice,
+        step 1) of a column with a channel axis when they are not all of them."""
         lo, hi = int(rownrs.min()), int(rownrs.max()) + 1
-        if hi - lo <= 2 * rownrs.size:
-            self._count(hi - lo)
-            return self._table.getcol(name, startrow=lo, nrow=hi - lo)[rownrs - lo]
-        wanted = np.unique(rownrs)
-        self._count(wanted.size)
-        cells = self._table.selectrows(wanted).getcol(name)
-        return cells[np.searchsorted(wanted, rownrs)]
+        span = hi - lo <= 2 * rownrs.size
+        wanted = None if span else np.unique(rownrs)
+        table = self._table if span else self._table.selectrows(wanted)
+        rows = {"startrow": lo, "nrow": hi - lo} if span else {}
+        self._count(hi - lo if span else wanted.size)
+        sel = self.selection
+        if channels is None or channels == slice(0, sel.n_chan_spw):
+            cells = table.getcol(name, **rows)
+        else:
+            n_corr = len(sel.corr_types)
+            blc, trc = [channels.start, 0], [channels.stop - 1, n_corr - 1]
+            cells = table.getcolslice(name, blc, trc, **rows)
+        return cells[rownrs - lo] if span else cells[np.searchsorted(wanted, rownrs)]
 
     def _count(self, rows: int):
         self.stats = ReadStats(self.stats.rows_read + rows, self.stats.calls + 1)
 
-    def read(self, rows: slice | None = None) -> Observation:
-        """Baseline ``rows`` (a contiguous slice of the selection's baselines; all when None)."""
+    def _block(self, rows: slice, spectrum: str | None = None):
+        """vis (complex64), flags (n_rows, n_chan, n_time) of baseline ``rows`` and, when
+        ``spectrum`` names a per-channel noise column, each cell's noise (float64; NaN where
+        the MS has no row), else None. Flags: FLAG of the correlations used OR FLAG_ROW OR a
+        non-finite value, and every cell without a row."""
         meta, sel = self.meta, self.selection
-        start, stop, step = (rows or slice(None)).indices(sel.n_bl)
-        if step != 1:
-            raise ValueError(f"read: rows must be contiguous, got step {step}")
-        rows = slice(start, max(start, stop))
         n_rows = rows.stop - rows.start
-        n_chan, n_corr = meta.n_freq, len(sel.corr_types)
-        vis = np.zeros((n_rows, n_chan, meta.n_time), np.complex64)
-        flags = np.ones((n_rows, n_chan, meta.n_time), bool)
-        per_time = max(1, n_rows * n_chan * n_corr * 8)
-        self.stats = ReadStats(0, 0)
-        channels = slice(None, None, -1) if sel.reversed else slice(None)
+        shape = (n_rows, meta.n_freq, meta.n_time)
+        vis, flags = np.zeros(shape, np.complex64), np.ones(shape, bool)
+        cell_noise = None if spectrum is None else np.full(shape, np.nan)
+        per_time = max(1, n_rows * meta.n_freq * len(sel.corr_types) * 8)
+        order = slice(None, None, -1) if sel.reversed else slice(None)
         blocks = row_blocks(meta.n_time, max(1, BLOCK_BYTES // per_time)) if n_rows else []
         for times in blocks:
             rownrs = sel.row_index[times, rows].T  # (n_rows, n_time in the block)
@@ -311,17 +410,40 @@ class MeasurementSetReader:
             if not held.any():
                 continue
             rownrs = rownrs[held]
-            cells = self.plan.vis(self._cells(self.column, rownrs)[:, channels])
-            bad = self.plan.flags(self._cells("FLAG", rownrs)[:, channels])
+            cells = self.plan.vis(self._cells(self.column, rownrs, sel.channels)[:, order])
+            bad = self.plan.flags(self._cells("FLAG", rownrs, sel.channels)[:, order])
             bad |= self._cells("FLAG_ROW", rownrs)[:, None]
             bad |= ~np.isfinite(cells)
             block = (slice(None), slice(None), times)
             vis[block] = _scatter(held, cells, 0).transpose(0, 2, 1)
             flags[block] = _scatter(held, bad, True).transpose(0, 2, 1)
-        noise = self.noise if np.ndim(self.noise) == 0 else self.noise[rows]
+            if spectrum is not None:
+                raw = self._cells(spectrum, rownrs, sel.channels)[:, order]
+                sigma = self.plan.sigma(ms_noise.noise_from_column(spectrum, raw))
+                cell_noise[block] = _scatter(held, sigma, np.nan).transpose(0, 2, 1)
+        return vis, flags, cell_noise
+
+    def read(self, rows: slice | None = None) -> Observation:
+        """Baseline ``rows`` (a contiguous slice of the selection's baselines; all when None).
+        With the noise from a per-channel column, cells whose noise there is not finite and
+        positive (a weight of 0) are flagged."""
+        meta, sel = self.meta, self.selection
+        start, stop, step = (rows or slice(None)).indices(sel.n_bl)
+        if step != 1:
+            raise ValueError(f"read: rows must be contiguous, got step {step}")
+        rows = slice(start, max(start, stop))
+        noise, source = self.noise, self.noise_source
+        spectrum = source.column if source.method == "column" else None
+        spectrum = spectrum if spectrum in ms_noise.SPECTRUM_COLUMNS else None
+        self.stats = ReadStats(0, 0)
+        vis, flags, cell_noise = self._block(rows, spectrum)
+        if cell_noise is not None:
+            with np.errstate(invalid="ignore"):
+                flags |= ~(cell_noise > 0) | ~np.isfinite(cell_noise)
+        noise = noise if np.ndim(noise) == 0 else noise[rows]
         fields = {f.name: getattr(meta, f.name) for f in dataclasses.fields(ObservationMeta)}
         return Observation(
-            **(fields | {"a1": meta.a1[rows], "a2": meta.a2[rows]}),
+            **(fields | {"a1": meta.a1[rows], "a2": meta.a2[rows], "metadata": self.metadata()}),
             vis=vis,
             flags=flags,
             noise=np.asarray(noise, np.float64),
@@ -329,6 +451,13 @@ class MeasurementSetReader:
             n_bl_total=sel.n_bl,
             truth=None,
         )
+
+    def metadata(self) -> dict:
+        """``meta.metadata`` with the noise's source (:class:`NoiseSource`) added under
+        ``measurement_set.noise``; works the noise out if it is not yet."""
+        record = dataclasses.asdict(self.noise_source)
+        ms = self.meta.metadata["measurement_set"] | {"noise": record}
+        return self.meta.metadata | {"measurement_set": ms}
 
     def close(self) -> None:
         self._table.close()

@@ -19,6 +19,14 @@ baseline twice in an integration, an antenna not in the ANTENNA table, INTERVAL 
 channels of unequal widths or not evenly spaced by them. Only the small columns (TIME,
 ANTENNA1, ANTENNA2, INTERVAL and, when the MS has several of them, DATA_DESC_ID and
 FIELD_ID) are read here.
+
+A range of channels and of integrations may be read (``channels``, ``times``: Python slices
+of step 1, as ``--channels A:B`` and ``--times A:B`` give them): channels by their index in
+the spectral window as the MS stores it (before descending channels are made ascending),
+integrations by their index on the grid, which is in time order whatever the rows' order. A
+range that is empty or reaches past the ends is an :class:`MsError` naming the range there
+is. Only the selected channels must be of equal width and evenly spaced; the baselines are
+those with a row in the selected integrations.
 """
 
 from __future__ import annotations
@@ -73,6 +81,10 @@ class MsSelection:
     in_time_order: bool
     time_tolerance: float
     max_time_offset: float
+    channels: slice
+    n_chan_spw: int
+    times: slice
+    n_time_grid: int
 
     @property
     def n_time(self) -> int:
@@ -237,13 +249,42 @@ def _baseline_grid(rows: np.ndarray, slot: np.ndarray, keys: np.ndarray, n_ant: 
     return row_index.reshape(n_time, n_bl), found[np.argsort(first, kind="stable")]
 
 
-def _channels(tables, path: Path, spw: int):
+def index_range(wanted: slice | None, n: int, kind: str, option: str) -> slice:
+    """``wanted`` (Python slice semantics, step 1; None: all) of ``n`` indices as
+    ``slice(start, stop)`` with 0 <= start < stop <= n. An MsError names the range there is
+    when it is empty, has a step or reaches past either end."""
+    if wanted is None:
+        return slice(0, n)
+    text = f"{option} {_slice_text(wanted)}"
+    there = f"the {n} {kind}s there are (indices 0 to {n - 1}, or -{n} to -1 from the end)"
+    if wanted.step not in (None, 1):
+        raise MsError(f"{text}: {kind}s are read contiguously, without a step, from {there}")
+    for end in (wanted.start, wanted.stop):
+        if end is not None and not -n <= end <= n:
+            raise MsError(f"{text} reaches past {there}")
+    start, stop, _ = wanted.indices(n)
+    if stop <= start:
+        raise MsError(f"{text} selects none of {there}")
+    return slice(start, stop)
+
+
+def _slice_text(s: slice) -> str:
+    text = f"{'' if s.start is None else s.start}:{'' if s.stop is None else s.stop}"
+    return text if s.step is None else f"{text}:{s.step}"
+
+
+def _channels(tables, path: Path, spw: int, channels: slice | None):
+    """Ascending frequencies (n_chan,) and width of the selected channels of window ``spw``,
+    whether the MS stores them descending, the MS channels read and how many it holds."""
     with subtable(tables, path, "SPECTRAL_WINDOW") as sw:
         freq = np.asarray(sw.getcell("CHAN_FREQ", spw), dtype=np.float64)
         width = np.abs(np.asarray(sw.getcell("CHAN_WIDTH", spw), dtype=np.float64))
+    n_chan_spw = freq.size
+    chosen = index_range(channels, n_chan_spw, "channel", "--channels")
+    freq, width = freq[chosen], width[chosen]
     if np.ptp(width) > CHANNEL_RTOL * width.max():
         odd = np.flatnonzero(np.abs(width - np.median(width)) > CHANNEL_RTOL * width.max())
-        named = ", ".join(f"{c} ({width[c]:.6g} Hz)" for c in odd[:5])
+        named = ", ".join(f"{chosen.start + c} ({width[c]:.6g} Hz)" for c in odd[:5])
         raise MsError(
             f"channel widths of spectral window {spw} vary ({width.min():.6g} to "
             f"{width.max():.6g} Hz; median {np.median(width):.6g} Hz, channels {named}); "
@@ -257,7 +298,7 @@ def _channels(tables, path: Path, spw: int):
             f"channels of spectral window {spw} are not evenly spaced by their width "
             f"{width[0]:.6g} Hz (spacings {spacing.min():.6g} to {spacing.max():.6g} Hz)"
         )
-    return freq, float(width[0]), bool(reverse)
+    return freq, float(width[0]), bool(reverse), chosen, n_chan_spw
 
 
 def scan(
@@ -267,10 +308,13 @@ def scan(
     spw: int | None = None,
     field: int | None = None,
     time_tolerance: float = TIME_TOLERANCE,
+    channels: slice | None = None,
+    times: slice | None = None,
 ):
     """The :class:`MsSelection` of spectral window ``spw`` and field ``field`` (each may be
     None when the data hold only one) of the open main table ``ms``; rows may lie up to
-    ``time_tolerance`` INTERVALs from their integration of the grid (see the module)."""
+    ``time_tolerance`` INTERVALs from their integration of the grid; ``channels`` and
+    ``times`` the ranges to read, None for all (see the module)."""
     in_spw, ddid, pol, spw_id = _data_description(tables, path, ms, spw)
     in_field, field_id = _field_mask(tables, path, ms, in_spw, field)
     ant1, ant2 = ms.getcol("ANTENNA1"), ms.getcol("ANTENNA2")
@@ -283,13 +327,23 @@ def scan(
     with subtable(tables, path, "ANTENNA") as ants:
         n_ant = ants.nrows()
     _check_antennas(rows, ant1, ant2, n_ant)
-    times = ms.getcol("TIME")[rows]
+    row_time = ms.getcol("TIME")[rows]
     int_time = _interval(rows, ms.getcol("INTERVAL")[rows])
-    slot, max_offset, time_mjd_s = _time_grid(rows, times, int_time, time_tolerance)
+    slot, max_offset, time_mjd_s = _time_grid(rows, row_time, int_time, time_tolerance)
     row_index, keys = _baseline_grid(rows, slot, ant1 * n_ant + ant2, n_ant, time_mjd_s.size)
+    n_time_grid = time_mjd_s.size
+    chosen_times = index_range(times, n_time_grid, "integration", "--times")
+    row_index, time_mjd_s = row_index[chosen_times], time_mjd_s[chosen_times]
+    in_times = np.any(row_index >= 0, axis=0)
+    if not in_times.any():
+        raise MsError(
+            f"integrations {chosen_times.start}:{chosen_times.stop} of the {n_time_grid} hold "
+            "no rows (they are a gap in the observation); choose others with --times"
+        )
+    row_index, keys = row_index[:, in_times], keys[in_times]
     with subtable(tables, path, "POLARIZATION") as pols:
         corr_types = np.asarray(pols.getcell("CORR_TYPE", pol))
-    freq, width, reverse = _channels(tables, path, spw_id)
+    freq, width, reverse, chosen_channels, n_chan_spw = _channels(tables, path, spw_id, channels)
     return MsSelection(
         row_index=row_index,
         ant1=keys // n_ant,
@@ -306,7 +360,11 @@ def scan(
         reversed=reverse,
         n_autocorrelations=int(auto.sum()),
         n_rows_table=ms.nrows(),
-        in_time_order=bool(np.all(np.diff(times) >= 0)),
+        in_time_order=bool(np.all(np.diff(row_time) >= 0)),
         time_tolerance=float(time_tolerance),
         max_time_offset=max_offset,
+        channels=chosen_channels,
+        n_chan_spw=n_chan_spw,
+        times=chosen_times,
+        n_time_grid=n_time_grid,
     )
