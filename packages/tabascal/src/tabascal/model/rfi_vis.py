@@ -65,11 +65,15 @@ class RfiVisConfig:
     phase_cache_mb: most MiB of kept moments per device under "auto".
     """
 
-    # Measured (benchmarks/leo_step.py, Gauss samples): below ~30 time samples a quadrature
-    # group costs less than the analytic operator's moments; limits 16, 32 and 64 took 0.30,
-    # 0.28 and 0.63 s per step on the leo-8 scenario, all-analytic 0.34 s.
+    # Measured (benchmarks/leo_step.py, Gauss samples, 2026-12-01): with the analytic group's
+    # phase moments kept across steps (phase_cache, the default), limits 4, 8, 16 and 32 took
+    # 0.079, 0.119, 0.119 and 0.147 s per step on the leo-8 scenario, all-analytic 0.079 s;
+    # the demo's groups (t1 to t3) stay on quadrature at 0.005 s, where all-analytic took
+    # 0.020 s. With the moments formed at every step (phase_cache never, or the source axis)
+    # a quadrature group costs less below ~30 samples: limits 16, 32 and 64 took 0.30, 0.28
+    # and 0.63 s, all-analytic 0.34 s; set 32 there.
     quadrature_limit: int = option_field(
-        32,
+        4,
         "groups needing at most this many time samples per integration use quadrature, "
         "the rest the analytic operator (0 = all analytic)",
         min=0,
