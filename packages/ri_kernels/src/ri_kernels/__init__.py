@@ -12,7 +12,8 @@ touch, by :func:`make_index_sets`); the table builders make the interpolation ta
 ``MAX_COEFFICIENTS`` its monomial coefficients per time stencil.
 """
 
-from ri_kernels._analytic import analytic_eval_with_indices, analytic_moments_with_indices
+from ri_kernels._analytic import analytic_eval_with_indices
+from ri_kernels._analytic_moments import analytic_moments_with_indices
 from ri_kernels._blocks import DEFAULT_MEMORY_BUDGET_BYTES
 from ri_kernels._indices import BaselineIndices, make_index_sets, make_indices, stack_indices
 from ri_kernels._operators import RFIAnalyticVisOp, RFIInterpVisOp

@@ -199,51 +199,6 @@ def _signal(amp, phase, delay_us):
 
 
 @functools.partial(
-    jax.jit,
-    static_argnames=("n_coef", "segments", "terms", "cubic_terms", "memory_budget_bytes"),
-)
-def _moments(
-    indices,
-    phase,
-    delay_us,
-    tables,
-    int_time,
-    n_coef,
-    segments,
-    terms,
-    cubic_terms,
-    memory_budget_bytes,
-):
-    """Every pair's and cell's phase moments: (n_mom, n_bl, n_freq, n_time, n_rfi, n_int_f)."""
-    options = {"segments": segments, "terms": terms, "cubic_terms": cubic_terms}
-    n_ant, n_rfi, n_freq, n_time = phase.shape
-    n_bl, n_int_f, n_mom = indices.a1.shape[0], tables.dnu_mhz.shape[0], 2 * n_coef - 1
-    complex_dtype = jax.lax.complex(phase[:0], phase[:0]).dtype
-    if n_bl == 0:
-        return jnp.zeros((n_mom, 0, n_freq, n_time, n_rfi, n_int_f), complex_dtype)
-    signal = _signal(None, phase, delay_us)
-
-    def block(coordinates):
-        rows, cell_f, cell_t = coordinates
-        p, q = indices.a1[rows], indices.a2[rows]
-        return _moments_of_block(signal, tables, int_time, p, q, cell_f, cell_t, n_mom, options)
-
-    like = jax.ShapeDtypeStruct((n_ant, n_rfi), complex_dtype)
-    per_pair_cell = _bytes_per_pair_cell(like, n_int_f, n_mom, **options)
-    coordinates, grid = _block_plan(n_bl, n_freq, n_time, per_pair_cell, memory_budget_bytes)
-    ys = map_blocks(block, coordinates)  # (n_blocks, n_mom, B, C, n_rfi, n_int_f)
-    ys = ys.reshape(grid.n_row_blocks, grid.n_cell_blocks, *ys.shape[1:])
-    ys = ys.transpose(2, 0, 3, 1, 4, 5, 6).reshape(
-        n_mom,
-        grid.n_row_blocks * grid.rows_per_block,
-        grid.n_cell_blocks * grid.cells_per_block,
-        n_rfi,
-        n_int_f,
-    )
-    return ys[:, :n_bl, : n_freq * n_time].reshape(n_mom, n_bl, n_freq, n_time, n_rfi, n_int_f)
-
-
-@functools.partial(
     jax.jit, static_argnames=("segments", "terms", "cubic_terms", "memory_budget_bytes")
 )
 def _analytic(
@@ -360,46 +315,43 @@ def analytic_eval_with_indices(
     Real arrays must be float32 with complex64 and float64 with complex128. Only ``amp`` is
     differentiated: phase, delays, tables, offsets, channel centres and moments are constants.
     """
-    real, n_bl, _, n_int_f = _validate.signal(
-        _FN, indices, amp, phase, delay_us, w_freq, start_freq, dnu_mhz, freq_mhz
+    checked = _checked(
+        _FN,
+        indices,
+        amp,
+        phase,
+        delay_us,
+        w_freq,
+        start_freq,
+        g_time,
+        start_time,
+        dnu_mhz,
+        int_time,
+        freq_mhz,
+        segments,
+        terms,
+        cubic_terms,
+        memory_budget_bytes,
     )
-    _, n_coef = _validate.stencil(
-        _FN, "g_time", g_time, "start_time", start_time, amp.shape[3], "n_time", real, "n_coef"
-    )
-    _validate.coefficients(_FN, n_coef)
-    _validate.int_time(_FN, int_time, real)
+    tables, delay_us, int_time, options = checked
     if moments is not None:
-        _, n_rfi, n_freq, n_time = amp.shape
+        n_bl, (_, n_rfi, n_freq, n_time) = indices.a1.shape[0], amp.shape
         _validate.array(
             _FN,
             "moments",
             moments,
             amp.dtype,
-            (2 * n_coef - 1, n_bl, n_freq, n_time, n_rfi, n_int_f),
+            (2 * g_time.shape[2] - 1, n_bl, n_freq, n_time, n_rfi, dnu_mhz.shape[0]),
             "(2 n_coef - 1, n_bl, n_freq, n_time, n_rfi, n_int_f) from "
             "analytic_moments_with_indices",
         )
-    options = {
-        "segments": _validate.option(_FN, "segments", segments, 1, MAX_SEGMENTS),
-        "terms": _validate.option(_FN, "terms", terms, 1, MAX_TERMS),
-        "cubic_terms": _validate.option(_FN, "cubic_terms", cubic_terms, 0, MAX_CUBIC_TERMS),
-        "memory_budget_bytes": _validate.budget(_FN, memory_budget_bytes),
-    }
-    tables = _AnalyticTables(
-        w_freq, start_freq.astype("int32"), g_time, start_time.astype("int32"), dnu_mhz, freq_mhz
-    )
-    int_time = jnp.asarray(int_time, real)
-    if delay_us.shape[-1] < 4:
-        # No third derivative: the cubic coefficient is exactly zero, and so is every term of
-        # the residual cubic series. Skipping it leaves the moments unchanged and computes 5
-        # instead of 14 of them at the defaults.
-        options["cubic_terms"] = 0
-    delay_us = _cubic_orders(delay_us)
     return _analytic(indices, amp, phase, delay_us, tables, int_time, moments, **options)
 
 
-def analytic_moments_with_indices(
+def _checked(
+    fn,
     indices,
+    amp,
     phase,
     delay_us,
     w_freq,
@@ -409,39 +361,18 @@ def analytic_moments_with_indices(
     dnu_mhz,
     int_time,
     freq_mhz,
-    *,
-    segments: int = 2,
-    terms: int = 6,
-    cubic_terms: int = 3,
-    memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+    segments,
+    terms,
+    cubic_terms,
+    memory_budget_bytes,
 ):
-    """The phase moments :func:`analytic_eval_with_indices` forms from the same arguments
-    (all but ``amp``), to be formed once and passed to it as ``moments`` at every call.
-
-    ``W_m[b, f, t, r, u]``, m < 2 n_coef - 1, is the mean over x in [-1, 1] of
-    ``x**m exp(i (phi0 + a x + b x**2 + c x**3))`` for pair b, source r and fine channel u of
-    cell (f, t). They depend on the phases, the delays and the fine channels alone, so a fit
-    with fixed orbits forms them once.
-
-    Returns:
-        (2 n_coef - 1, n_bl, n_freq, n_time, n_rfi, n_int_f) complex moments (complex64 with
-        float32 arguments, complex128 with float64), with
-        ``8 (2 n_coef - 1) n_bl n_freq n_time n_rfi n_int_f`` bytes in complex64 (twice in
-        complex128): what keeping them costs.
-    """
-    fn = "analytic_moments_with_indices"
-    complex_of = {np.dtype(np.float32): np.complex64, np.dtype(np.float64): np.complex128}
-    real = np.dtype(getattr(phase, "dtype", None))
-    if real not in complex_of or getattr(phase, "ndim", 0) != 4:
-        raise TypeError(
-            f"{fn}: phase must be a float32 or float64 array (n_ant, n_rfi, n_freq, n_time); "
-            f"got {real} of shape {tuple(getattr(phase, 'shape', ()))}"
-        )
-    # The checks of analytic_eval_with_indices, for an amp of phase's shape.
-    like = jax.ShapeDtypeStruct(phase.shape, complex_of[real])
-    _validate.signal(fn, indices, like, phase, delay_us, w_freq, start_freq, dnu_mhz, freq_mhz)
+    """The checks both seams make (``amp`` may be a ``jax.ShapeDtypeStruct``), then the
+    operator's tables, delays with orders 0..3, integration time and static options."""
+    real, _, _, _ = _validate.signal(
+        fn, indices, amp, phase, delay_us, w_freq, start_freq, dnu_mhz, freq_mhz
+    )
     _, n_coef = _validate.stencil(
-        fn, "g_time", g_time, "start_time", start_time, phase.shape[3], "n_time", real, "n_coef"
+        fn, "g_time", g_time, "start_time", start_time, amp.shape[3], "n_time", real, "n_coef"
     )
     _validate.coefficients(fn, n_coef)
     _validate.int_time(fn, int_time, real)
@@ -454,11 +385,12 @@ def analytic_moments_with_indices(
     tables = _AnalyticTables(
         w_freq, start_freq.astype("int32"), g_time, start_time.astype("int32"), dnu_mhz, freq_mhz
     )
-    if delay_us.shape[-1] < 4:  # as in analytic_eval_with_indices: no cubic phase to expand
+    if delay_us.shape[-1] < 4:
+        # No third derivative: the cubic coefficient is exactly zero, and so is every term of
+        # the residual cubic series. Skipping it leaves the moments unchanged and computes 5
+        # instead of 14 of them at the defaults.
         options["cubic_terms"] = 0
-    delay_us = _cubic_orders(delay_us)
-    int_time = jnp.asarray(int_time, real)
-    return _moments(indices, phase, delay_us, tables, int_time, n_coef, **options)
+    return tables, _cubic_orders(delay_us), jnp.asarray(int_time, real), options
 
 
 def _cubic_orders(delay_us):

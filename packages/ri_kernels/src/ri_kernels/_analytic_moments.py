@@ -1,0 +1,133 @@
+"""The analytic operator's phase moments formed once and kept (DESIGN.md section 3).
+
+With fixed phases and delays the moments ``W_m`` of :mod:`ri_kernels._analytic` are the same
+at every call, and forming them is most of the operator's work: a fit forms them once with
+:func:`analytic_moments_with_indices` and passes them to ``analytic_eval_with_indices`` as
+``moments``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ri_kernels._analytic import (
+    _block_plan,
+    _bytes_per_pair_cell,
+    _checked,
+    _moments_of_block,
+    _signal,
+)
+from ri_kernels._blocks import DEFAULT_MEMORY_BUDGET_BYTES, map_blocks
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("n_coef", "segments", "terms", "cubic_terms", "memory_budget_bytes"),
+)
+def _moments(
+    indices,
+    phase,
+    delay_us,
+    tables,
+    int_time,
+    n_coef,
+    segments,
+    terms,
+    cubic_terms,
+    memory_budget_bytes,
+):
+    """Every pair's and cell's phase moments: (n_mom, n_bl, n_freq, n_time, n_rfi, n_int_f)."""
+    options = {"segments": segments, "terms": terms, "cubic_terms": cubic_terms}
+    n_ant, n_rfi, n_freq, n_time = phase.shape
+    n_bl, n_int_f, n_mom = indices.a1.shape[0], tables.dnu_mhz.shape[0], 2 * n_coef - 1
+    complex_dtype = jax.lax.complex(phase[:0], phase[:0]).dtype
+    if n_bl == 0:
+        return jnp.zeros((n_mom, 0, n_freq, n_time, n_rfi, n_int_f), complex_dtype)
+    signal = _signal(None, phase, delay_us)
+
+    def block(coordinates):
+        rows, cell_f, cell_t = coordinates
+        p, q = indices.a1[rows], indices.a2[rows]
+        return _moments_of_block(signal, tables, int_time, p, q, cell_f, cell_t, n_mom, options)
+
+    like = jax.ShapeDtypeStruct((n_ant, n_rfi), complex_dtype)
+    per_pair_cell = _bytes_per_pair_cell(like, n_int_f, n_mom, **options)
+    coordinates, grid = _block_plan(n_bl, n_freq, n_time, per_pair_cell, memory_budget_bytes)
+    ys = map_blocks(block, coordinates)  # (n_blocks, n_mom, B, C, n_rfi, n_int_f)
+    ys = ys.reshape(grid.n_row_blocks, grid.n_cell_blocks, *ys.shape[1:])
+    ys = ys.transpose(2, 0, 3, 1, 4, 5, 6).reshape(
+        n_mom,
+        grid.n_row_blocks * grid.rows_per_block,
+        grid.n_cell_blocks * grid.cells_per_block,
+        n_rfi,
+        n_int_f,
+    )
+    return ys[:, :n_bl, : n_freq * n_time].reshape(n_mom, n_bl, n_freq, n_time, n_rfi, n_int_f)
+
+
+def analytic_moments_with_indices(
+    indices,
+    phase,
+    delay_us,
+    w_freq,
+    start_freq,
+    g_time,
+    start_time,
+    dnu_mhz,
+    int_time,
+    freq_mhz,
+    *,
+    segments: int = 2,
+    terms: int = 6,
+    cubic_terms: int = 3,
+    memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+):
+    """The phase moments :func:`analytic_eval_with_indices` forms from the same arguments
+    (all but ``amp``), to be formed once and passed to it as ``moments`` at every call.
+
+    ``W_m[b, f, t, r, u]``, m < 2 n_coef - 1, is the mean over x in [-1, 1] of
+    ``x**m exp(i (phi0 + a x + b x**2 + c x**3))`` for pair b, source r and fine channel u of
+    cell (f, t). They depend on the phases, the delays and the fine channels alone, so a fit
+    with fixed orbits forms them once.
+
+    Returns:
+        (2 n_coef - 1, n_bl, n_freq, n_time, n_rfi, n_int_f) complex moments (complex64 with
+        float32 arguments, complex128 with float64), with
+        ``8 (2 n_coef - 1) n_bl n_freq n_time n_rfi n_int_f`` bytes in complex64 (twice in
+        complex128): what keeping them costs.
+    """
+    fn = "analytic_moments_with_indices"
+    complex_of = {np.dtype(np.float32): np.complex64, np.dtype(np.float64): np.complex128}
+    real = np.dtype(getattr(phase, "dtype", None))
+    if real not in complex_of or getattr(phase, "ndim", 0) != 4:
+        raise TypeError(
+            f"{fn}: phase must be a float32 or float64 array (n_ant, n_rfi, n_freq, n_time); "
+            f"got {real} of shape {tuple(getattr(phase, 'shape', ()))}"
+        )
+    # The checks of analytic_eval_with_indices, for an amp of phase's shape.
+    like = jax.ShapeDtypeStruct(phase.shape, complex_of[real])
+    checked = _checked(
+        fn,
+        indices,
+        like,
+        phase,
+        delay_us,
+        w_freq,
+        start_freq,
+        g_time,
+        start_time,
+        dnu_mhz,
+        int_time,
+        freq_mhz,
+        segments,
+        terms,
+        cubic_terms,
+        memory_budget_bytes,
+    )
+    tables, delay_us, int_time, options = checked
+    n_coef = g_time.shape[2]
+    return _moments(indices, phase, delay_us, tables, int_time, n_coef, **options)
