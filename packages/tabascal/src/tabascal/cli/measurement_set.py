@@ -239,41 +239,137 @@ def add_import_ms(subparsers) -> None:
     parser.set_defaults(func=_import_ms)
 
 
+def _export_lines(args: argparse.Namespace, report, cleaned: str | None) -> list[str]:
+    """What export-ms wrote, one line a product, for its summary; ``cleaned``: the cleaned
+    data's column, None when the results hold no gains."""
+    corr = f"correlation {report.correlations}"
+    lines = [f"  {', '.join(report.columns[:3])}: the fit in {corr}, 0 in every other cell"]
+    written = set(report.columns)
+    if cleaned is None:
+        lines.append(f"  no cleaned data: {args.results} holds no gains")
+    elif cleaned in written:
+        lines.append(
+            f"  {cleaned}: {report.data_column} minus the fitted RFI (with the "
+            f"fitted gains) in {corr}; every other cell as {report.data_column}"
+        )
+    weights = [c for c in report.columns if "WEIGHT" in c]
+    if weights:
+        per_hand = " (each hand 1/(2 noise^2))" if " = " in report.correlations else ""
+        others = "as it was" if not weights[0].startswith("TAB_") else "0"
+        lines.append(
+            f"  {', '.join(weights)}: 1/noise^2 of the fit{per_hand}; every other cell {others}"
+        )
+    elif args.data is None:
+        lines.append("  no weights: give --data STORE (the store the fit read) for its noise")
+    if report.n_flagged is not None:
+        share = 100 * report.n_flagged / max(1, report.n_cells)
+        lines.append(
+            f"  TAB_FLAG_RESIDUAL: {report.n_flagged} of {report.n_cells} cells ({share:.2g} %) "
+            f"with |residual| > {args.flag_residual:g} noise, in every correlation"
+        )
+    if "FLAG" in written:
+        lines.append("  FLAG: ORed with TAB_FLAG_RESIDUAL")
+    for original, backup in report.backups.items():
+        lines.append(f"  the original {original} kept in {backup}")
+    (c0, c1, n_chan), (t0, t1, n_time) = report.channels, report.integrations
+    if c1 - c0 < n_chan or t1 - t0 < n_time:
+        lines.append(
+            f"  only channels {c0}:{c1} of {n_chan} and integrations {t0}:{t1} of {n_time}, "
+            "which the fit read, hold its values"
+        )
+    lines += [f"  {line}" for line in report.recovered]
+    return lines
+
+
 def _export_ms(args: argparse.Namespace) -> int:
     from tabascal.measurement_set import export_results
+    from tabascal.measurement_set.export import default_cleaned_column
 
+    cleaned = args.cleaned_column or default_cleaned_column(args.results)
     try:
         report = export_results(
             args.results,
             args.ms,
-            template=args.column,
+            store=args.data,
+            column=args.column,
             correlation=args.correlation,
             spw=args.spw,
             field=args.field,
-            overwrite_columns=args.overwrite_columns,
             time_tolerance=args.time_tolerance,
+            overwrite_columns=args.overwrite_columns,
+            cleaned_column=cleaned,
+            overwrite_column=args.overwrite_column,
+            weights=args.data is not None,
+            write_weights=args.write_weights,
+            flag_residual=args.flag_residual,
+            write_flags=args.write_flags,
         )
     except TabascalError as err:
         return _fail("export-ms", err)
-    print(
-        f"added {', '.join(report.columns)} to {args.ms}: {report.n_rows} rows, correlation "
-        f"{report.correlations}; every other cell is 0"
-    )
+    added = [c for c in report.columns if c not in report.replaced]
+    if added:
+        print(f"added {', '.join(added)} to {args.ms}: {report.n_rows} rows")
+        if report.replaced:
+            print(f"  replaced {', '.join(report.replaced)}")
+    else:
+        print(f"replaced {', '.join(report.replaced)} in {args.ms}: {report.n_rows} rows")
+    for line in _export_lines(args, report, cleaned):
+        print(line)
     return 0
 
 
 def add_export_ms(subparsers) -> None:
     parser = subparsers.add_parser(
         "export-ms",
-        help="write a fit's sky, RFI and residuals into the Measurement Set",
+        help="write a fit's sky, RFI, residuals and cleaned data into the Measurement Set",
         description="Add the columns TAB_SKY_DATA, TAB_RFI_DATA and TAB_RES_DATA (shaped and "
-        "stored like --column) holding a fit's results in the rows and correlation(s) it "
-        "was fitted from. Existing columns are never modified. Give the selection options "
-        "the data were read with.",
+        "stored like the data column) holding a fit's results in the cells and correlation(s) "
+        "it was fitted from, and the cleaned data: the data less the fitted RFI. With the "
+        "store the fit read (--data), which gives the selection and the noise, also the "
+        "weights 1/noise^2 (TAB_WEIGHT) and, with --flag-residual, flags. Existing columns "
+        "are modified only when named (--cleaned-column, --write-weights, --write-flags). "
+        "Each column is written under a temporary name and renamed when complete.",
     )
     parser.add_argument("results", help="results store of tabascal run (out/results.zarr)")
     parser.add_argument("--ms", required=True, help="the Measurement Set the data came from")
-    _selection_arguments(parser, "column the new ones are modelled on [default DATA]")
+    parser.add_argument(
+        "--data",
+        metavar="STORE",
+        help="the observation store the fit read (from import-ms): export-ms then writes into "
+        "its selection (channels and integrations too) and takes the noise from it",
+    )
+    _selection_arguments(parser, "the data column the fit read [default: the store's, or DATA]")
+    # Without these defaults the store's options (--data) could not be told from the defaults.
+    parser.set_defaults(column=None, correlation=None, time_tolerance=None)
+    parser.add_argument(
+        "--cleaned-column",
+        metavar="NAME",
+        help="column of the cleaned data, the data column less the fitted RFI; CORRECTED_DATA "
+        "is written only when named here [default TAB_CLEANED_DATA]",
+    )
+    parser.add_argument(
+        "--overwrite-column",
+        action="store_true",
+        help="replace an existing --cleaned-column that is not a TAB_* column (CORRECTED_DATA)",
+    )
+    parser.add_argument(
+        "--write-weights",
+        action="store_true",
+        help="write the weights into WEIGHT (and WEIGHT_SPECTRUM) instead of TAB_WEIGHT, the "
+        "originals kept in TAB_WEIGHT_BACKUP (TAB_WEIGHT_SPECTRUM_BACKUP) unless those exist",
+    )
+    parser.add_argument(
+        "--flag-residual",
+        type=float,
+        metavar="K",
+        help="flag cells whose |residual| exceeds K times the noise, in TAB_FLAG_RESIDUAL",
+    )
+    parser.add_argument(
+        "--write-flags",
+        action="store_true",
+        help="OR the --flag-residual flags into FLAG, the original kept in TAB_FLAG_BACKUP "
+        "unless that exists",
+    )
     parser.add_argument(
         "--overwrite-columns", action="store_true", help="replace existing TAB_* columns"
     )

@@ -1,46 +1,121 @@
 """Writing a fit's results into the Measurement Set it came from (``tabascal export-ms``).
 
-Three new columns, shaped like the data column they are modelled on (``DATA`` by default) and
-stored the same way: ``TAB_SKY_DATA`` (the fitted sky), ``TAB_RFI_DATA`` (the fitted RFI) and
-``TAB_RES_DATA`` (the residual, data minus model), read from the results' ``sky_vis``,
-``rfi_vis`` and ``residual`` arrays (n_bl, n_freq, n_time), in the baseline order of the
-selection the fit read (same spectral window, field and correlation options as import-ms).
-Each fitted value goes into the correlation(s) it was fitted from: the one correlation for XX,
-YY, RR, LL or a stored Stokes I, and both parallel hands for Stokes I formed from them (an
-unpolarised model has XX = YY = I, so ``(XX + YY) / 2`` of the new column is the fitted I).
-Every other cell (other correlations, rows of other spectral windows or fields,
-autocorrelations) is 0. No existing column is touched; an existing TAB_* column is an error
-naming it unless ``overwrite_columns``, and then only the TAB_* columns are rewritten.
+The fit's cubes (results.zarr of ``tabascal run``, (n_bl, n_freq, n_time) in the baseline
+order of the selection the fit read) become columns described and stored like the data
+column the fit read (``DATA`` by default):
+
+- ``TAB_SKY_DATA``, ``TAB_RFI_DATA``, ``TAB_RES_DATA``: the results' ``sky_vis``, ``rfi_vis``
+  (both before the gains) and ``residual`` (data minus the full model); 0 in every other cell.
+- the cleaned data (``cleaned_column``, ``TAB_CLEANED_DATA`` on the command line): the data
+  column minus the fitted RFI as it appears in the data. The model is
+  ``model[b] = g[a1[b]] (sky[b] + rfi[b]) conj(g[a2[b]])`` (``model.gains.apply``) and
+  results.zarr holds ``rfi_vis`` before the gains, so the cleaned data are
+  ``data - g[a1] rfi_vis conj(g[a2])`` with the results' ``gains`` (n_ant, n_freq, n_time).
+  Every other cell holds the data column's value.
+- weights (``weights``; needs the store, which holds the noise the fit used): ``TAB_WEIGHT``
+  and, where the MS has ``WEIGHT_SPECTRUM``, ``TAB_WEIGHT_SPECTRUM``, ``1 / noise[b]^2`` with
+  noise the std of each of the real and imaginary parts (CASA's ``WEIGHT = 1 / SIGMA^2``);
+  ``write_weights`` writes ``WEIGHT`` and ``WEIGHT_SPECTRUM`` themselves instead, keeping every
+  cell the fit did not read, and the originals in ``TAB_WEIGHT_BACKUP`` and
+  ``TAB_WEIGHT_SPECTRUM_BACKUP`` unless those exist. A weight of 0 stays 0 (import-ms read it
+  as a flag). Every other cell of a new column is 0.
+- residual flags (``flag_residual`` K; needs the store): ``TAB_FLAG_RESIDUAL``, True where
+  ``|residual| > K noise[b]``; for pure noise a cell exceeds it with probability
+  ``exp(-K^2 / 2)`` (|r| / noise is Rayleigh-distributed). ``write_flags`` ORs them into
+  ``FLAG``, the original kept in ``TAB_FLAG_BACKUP`` unless that exists.
+
+**Correlations.** The model is of one scalar visibility, an unpolarised (Stokes I) sky and
+RFI. A value goes into the correlation(s) it was fitted from: the one correlation for XX,
+YY, RR, LL or a stored I; both parallel hands for Stokes I formed as ``(XX + YY) / 2``
+(unpolarised, XX = YY = I, so ``(XX + YY) / 2`` of a new column is the fitted I). The cleaned
+data subtract the fitted RFI from each of those hands, leaving the cross hands as they are
+(unpolarised RFI puts nothing there); RFI that is polarised leaves its ``(XX - YY) / 2`` in
+each hand. For I from two hands, each hand's weight is ``1 / (2 noise_I^2)``: two hands of
+that weight make an I of noise ``noise_I`` by the import's rule
+``sigma_I = sqrt(sigma_XX^2 + sigma_YY^2) / 2``, so a read of the weights gives back the
+noise the fit used. A residual flag flags every correlation of its cell: the RFI the fit
+left is in every hand.
+
+**Partial imports.** Given the store the fit read, its ``metadata.measurement_set`` gives the
+selection (column, correlation, spectral window, field, time tolerance, and the channels and
+integrations of ``--channels``/``--times``); only those cells are written, and every other
+cell of a new column holds what it would outside the selection.
+
+No existing column is modified unless named (``cleaned_column``, ``write_weights``,
+``write_flags``). Columns are written under a temporary name and renamed when complete
+(:mod:`.columns`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import zarr
 
-from tabascal.measurement_set import _casacore
+from tabascal.measurement_set import _casacore, columns, products
 from tabascal.measurement_set.correlations import correlation_plan
 from tabascal.measurement_set.selection import TIME_TOLERANCE, MsError, scan, subtable
+from tabascal.store import read_meta
 
 RESULT_COLUMNS = {"TAB_SKY_DATA": "sky_vis", "TAB_RFI_DATA": "rfi_vis", "TAB_RES_DATA": "residual"}
+CLEANED_COLUMN = "TAB_CLEANED_DATA"
+WEIGHT_COLUMNS = {"WEIGHT": "TAB_WEIGHT", "WEIGHT_SPECTRUM": "TAB_WEIGHT_SPECTRUM"}
+FLAG_COLUMN = "TAB_FLAG_RESIDUAL"
 COMMENTS = {
     "TAB_SKY_DATA": "tabascal: fitted sky visibilities",
     "TAB_RFI_DATA": "tabascal: fitted RFI visibilities",
     "TAB_RES_DATA": "tabascal: residual, data minus fitted model",
+    "TAB_WEIGHT": "tabascal: 1 / noise^2 of the fit",
+    "TAB_WEIGHT_SPECTRUM": "tabascal: 1 / noise^2 of the fit",
+    FLAG_COLUMN: "tabascal: |residual| beyond the threshold",
 }
-CHUNK_ROWS = 65536
+OPTION_NAMES = {
+    "column": "--column",
+    "correlation": "--correlation",
+    "spw": "--spw",
+    "field": "--field",
+    "time_tolerance": "--time-tolerance",
+}
 
 
 @dataclass(frozen=True)
 class ExportReport:
-    """What export_results wrote: columns, rows of the selection, correlations filled."""
+    """What export_results wrote.
+
+    columns: the columns written, in order; replaced: those of them that existed before
+    (TAB_* columns overwritten, FLAG, WEIGHT, a named cleaned column). n_rows: table rows of the
+    selection. correlations: the fitted correlation as import-ms read it. data_column: the
+    column the fit read. backups: the backup made now of each column replaced (FLAG:
+    TAB_FLAG_BACKUP, WEIGHT, WEIGHT_SPECTRUM). n_flagged, n_cells: cells
+    of the fit whose residual exceeds the threshold, and all its cells (n_flagged None without
+    flag_residual). channels, integrations: (start, stop, of how many) written. recovered:
+    what an interrupted earlier export had left, and what was done with it.
+    """
 
     columns: tuple[str, ...]
     n_rows: int
     correlations: str
+    data_column: str = "DATA"
+    replaced: tuple[str, ...] = ()
+    backups: dict[str, str] = dataclasses.field(default_factory=dict)
+    n_flagged: int | None = None
+    n_cells: int = 0
+    channels: tuple[int, int, int] | None = None
+    integrations: tuple[int, int, int] | None = None
+    recovered: tuple[str, ...] = ()
+
+
+def default_cleaned_column(results) -> str | None:
+    """The cleaned data's column when none is named: TAB_CLEANED_DATA when ``results`` holds
+    the gains they need (every results.zarr of tabascal run does), else None."""
+    try:
+        return CLEANED_COLUMN if "gains" in zarr.open_group(str(results), mode="r") else None
+    except Exception:  # not a zarr group: export_results says so
+        return None
 
 
 def _results(path) -> dict:
@@ -58,14 +133,58 @@ def _results(path) -> dict:
     return {"group": group, "shape": shapes["sky_vis"], "a1": group["a1"][:], "a2": group["a2"][:]}
 
 
-def _add_column(tables, ms, name: str, template: str) -> None:
-    """A new column ``name`` with the description and storage of ``template``."""
-    desc = dict(ms.getcoldesc(template))
-    desc["comment"] = COMMENTS[name]
-    dminfo = ms.getdminfo(template)
-    desc["dataManagerGroup"] = f"{name}_dm"
-    manager = {"TYPE": dminfo["TYPE"], "NAME": f"{name}_dm", "SPEC": dminfo["SPEC"]}
-    ms.addcols(tables.maketabdesc(tables.makecoldesc(name, desc)), manager)
+def _store(path, found: dict, results) -> dict:
+    """The store the fit read: the selection import-ms made and the noise (n_bl,)."""
+    meta = read_meta(path)
+    record = meta.metadata.get("measurement_set")
+    if record is None:
+        raise MsError(f"{path} was not imported from a Measurement Set (import-ms writes one)")
+    shape = (meta.n_bl, meta.n_freq, meta.n_time)
+    if shape != found["shape"]:
+        raise MsError(
+            f"{results} holds (n_bl, n_freq, n_time) = {found['shape']}, the store {path} "
+            f"{shape}: give --data the store tabascal run read"
+        )
+    if not (np.array_equal(meta.a1, found["a1"]) and np.array_equal(meta.a2, found["a2"])):
+        raise MsError(
+            f"the baselines of {results} are not those of the store {path}: give --data the "
+            "store tabascal run read"
+        )
+    noise = np.broadcast_to(zarr.open_group(str(path), mode="r")["noise"][...], (meta.n_bl,))
+    channels, integrations = record.get("channels"), record.get("integrations")
+    options = {
+        "column": record["column"],
+        "correlation": record.get("correlation_in_place_of") or record["correlation"].split()[0],
+        "spw": record["spw"],
+        "field": record["field"],
+        "time_tolerance": record.get("time_tolerance", TIME_TOLERANCE),
+        "channels": None if channels is None else slice(*channels),
+        "times": None if integrations is None else slice(*integrations),
+    }
+    return {"noise": np.asarray(noise, np.float64), "options": options}
+
+
+def _options(store_options: dict | None, store, given: dict) -> dict:
+    """The selection to export into: the store's, which an option given must agree with;
+    without a store the options given, else the import's defaults."""
+    if store_options is None:
+        defaults = {"column": "DATA", "correlation": "I", "time_tolerance": TIME_TOLERANCE}
+        chosen = {k: given[k] if given[k] is not None else defaults.get(k) for k in given}
+        return chosen | {"channels": None, "times": None}
+    for name, value in given.items():
+        there = store_options[name]
+        if value is None or value == there:
+            continue
+        if name == "correlation" and str(value).upper() == there:
+            continue
+        if name == "time_tolerance" and math.isclose(value, there, rel_tol=1e-12):
+            continue
+        flag = OPTION_NAMES[name]
+        raise MsError(
+            f"{store} was imported with {flag} {there}, not {value}; export-ms writes into "
+            f"the selection the fit read (leave {flag} out)"
+        )
+    return store_options
 
 
 def _cell_shapes(tables, path: Path, template_fixed, ddids: np.ndarray) -> dict:
@@ -81,89 +200,237 @@ def _cell_shapes(tables, path: Path, template_fixed, ddids: np.ndarray) -> dict:
     return {int(d): (int(n_chan[spw_of[d]]), int(n_corr[pol_of[d]])) for d in ddids}
 
 
-def _put(ms, column: str, rows: np.ndarray, values: np.ndarray) -> None:
-    if rows[-1] - rows[0] + 1 == rows.size:
-        ms.putcol(column, values, startrow=int(rows[0]), nrow=rows.size)
-    else:
-        ms.selectrows(rows).putcol(column, values)
+def _check_cleaned_name(cleaned: str | None, column: str) -> None:
+    if cleaned is None:
+        return
+    if cleaned == column:
+        raise MsError(
+            f"the cleaned data cannot replace {column}, the data they are computed from; name "
+            f"another column with --cleaned-column (CORRECTED_DATA, or {CLEANED_COLUMN})"
+        )
+    reserved = {*RESULT_COLUMNS, *WEIGHT_COLUMNS, *WEIGHT_COLUMNS.values(), FLAG_COLUMN, "FLAG"}
+    if (
+        cleaned in reserved
+        or cleaned in columns.BACKUPS.values()
+        or cleaned.startswith((columns.TMP_PREFIX, columns.OLD_PREFIX))
+    ):
+        raise MsError(f"--cleaned-column {cleaned}: export-ms writes that column for another use")
 
 
-def _write_column(ms, column: str, fitted: np.ndarray, sel, indices, shapes: dict, ddid_col):
-    """Every row of ``column``: the fitted values (n_bl, n_freq, n_time) in the selection's
-    rows and correlations ``indices``, zeros elsewhere."""
-    position = np.full(sel.n_rows_table, -1, np.int64)
-    held = np.flatnonzero(sel.row_index.ravel() >= 0)  # filled cells have no row to write
-    position[sel.row_index.ravel()[held]] = held
-    if sel.reversed:
-        fitted = fitted[:, ::-1]
-    for ddid, shape in shapes.items():
-        rows_of = np.flatnonzero(ddid_col == ddid)
-        for k in range(0, rows_of.size, CHUNK_ROWS):
-            rows = rows_of[k : k + CHUNK_ROWS]
-            values = np.zeros((rows.size, *shape), np.complex64)
-            pos = position[rows]
-            hit = np.flatnonzero(pos >= 0)
-            t, b = np.divmod(pos[hit], sel.n_bl)
-            for i in indices:
-                values[hit, :, i] = fitted[b, :, t]
-            _put(ms, column, rows, values)
+def _check_names(ms, ms_path, cleaned: str | None, overwrite: tuple[bool, bool]) -> None:
+    """Refuse, before anything is written, a column that would be replaced unasked.
+    overwrite: (TAB_* columns, the cleaned column when it is another)."""
+    names = ms.colnames()
+    ours = [c for c in (*RESULT_COLUMNS, *WEIGHT_COLUMNS.values(), FLAG_COLUMN) if c in names]
+    if cleaned is not None and cleaned.startswith("TAB_") and cleaned in names:
+        ours.append(cleaned)
+    if ours and not overwrite[0]:
+        raise MsError(
+            f"{ms_path} already has column {ours[0]}; add --overwrite-columns to replace the "
+            "TAB_* columns (other columns are modified only when named: --cleaned-column, "
+            "--write-weights, --write-flags)"
+        )
+    if cleaned is None or cleaned not in names:
+        return
+    if ms.getcoldesc(cleaned).get("valueType") not in ("complex", "dcomplex"):
+        raise MsError(f"column {cleaned} of {ms_path} is not complex: it cannot hold visibilities")
+    if not cleaned.startswith("TAB_") and not overwrite[1]:
+        raise MsError(
+            f"{ms_path} already has column {cleaned}; add --overwrite-column to replace it "
+            "with the cleaned data (what it holds now is lost)"
+        )
+
+
+def _check_selection(found: dict, sel, results, ms_path, store) -> None:
+    """Refuse results that are not of the selection: shape, baselines, frequencies."""
+    expected = (sel.n_bl, sel.chan_freq_hz.size, sel.n_time)
+    if found["shape"] != expected:
+        hint = "; results of an import of part of the channels or integrations need --data "
+        hint = "" if store is not None else f"{hint}STORE, the store the fit read"
+        raise MsError(
+            f"{results} holds (n_bl, n_freq, n_time) = {found['shape']}, the selection of "
+            f"{ms_path} {expected}; export with the options the data were read with{hint}"
+        )
+    used = np.unique(np.concatenate([sel.ant1, sel.ant2]))
+    a1, a2 = np.searchsorted(used, sel.ant1), np.searchsorted(used, sel.ant2)
+    if not (np.array_equal(a1, found["a1"]) and np.array_equal(a2, found["a2"])):
+        raise MsError(
+            f"the baselines of {results} are not those of {ms_path} in its row order; "
+            "export with the options the data were read with"
+        )
+    if "freqs_hz" in found["group"]:
+        freqs = np.asarray(found["group"]["freqs_hz"][...], np.float64)
+        if not np.allclose(freqs, sel.chan_freq_hz, rtol=1e-9, atol=0):
+            raise MsError(
+                f"the channels of {results} ({freqs[0] / 1e6:.6g} to {freqs[-1] / 1e6:.6g} MHz) "
+                f"are not those of the selection of {ms_path} ({sel.chan_freq_hz[0] / 1e6:.6g} "
+                f"to {sel.chan_freq_hz[-1] / 1e6:.6g} MHz); export with the options the data "
+                "were read with"
+            )
+
+
+def _selection(tables, ms, ms_path, chosen: dict):
+    """The selection ``chosen`` of the open MS and its correlation plan."""
+    sel = scan(
+        tables,
+        ms_path,
+        ms,
+        chosen["spw"],
+        chosen["field"],
+        chosen["time_tolerance"],
+        chosen["channels"],
+        chosen["times"],
+    )
+    try:
+        return sel, correlation_plan(sel.corr_types, chosen["correlation"])
+    except ValueError as err:
+        raise MsError(f"{ms_path}: {err}") from None
+
+
+def _row_groups(tables, ms, ms_path, column: str) -> list:
+    """(cell shape (n_chan, n_corr), ascending table rows) of each DATA_DESC_ID."""
+    desc = ms.getcoldesc(column)
+    fixed = desc["shape"] if "shape" in desc else None
+    ddid_col = ms.getcol("DATA_DESC_ID")
+    shapes = _cell_shapes(tables, ms_path, fixed, np.unique(ddid_col))
+    return [(shape, np.flatnonzero(ddid_col == d)) for d, shape in shapes.items()]
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """The products asked for: cleaned column (or None), weights into TAB_WEIGHT ('new') or
+    WEIGHT ('replace') or none (None), residual flags (bad cells (n_bl, n_chan, n_time) in MS
+    channel order, or None) and whether they go into FLAG."""
+
+    cleaned: str | None
+    weights: str | None
+    bad: np.ndarray | None
+    write_flags: bool
+
+
+def _jobs(ms, found: dict, sel, cells: products.Cells, column: str, noise, asked: _Asked):
+    """(name, template, comment, fill) of each column to write, in order; each cube is read
+    when its column is reached."""
+    group = found["group"]
+    for name, array in RESULT_COLUMNS.items():
+        cube = products.ms_order(np.asarray(group[array][...], np.complex64), sel)
+        yield name, column, COMMENTS[name], products.cube_fill(cube, cells)
+    if asked.cleaned is not None:
+        rfi = products.ms_order(np.asarray(group["rfi_vis"][...], np.complex64), sel)
+        gains = products.ms_order(np.asarray(group["gains"][...], np.complex64), sel)
+        fill = products.cleaned_fill(ms, column, rfi, gains, found["a1"], found["a2"], cells)
+        if asked.cleaned in ms.colnames():  # replaced: keeps its own description
+            yield asked.cleaned, asked.cleaned, None, fill
+        else:
+            yield asked.cleaned, column, f"tabascal: {column} minus the fitted RFI", fill
+    if asked.weights is not None:
+        weight = 1.0 / (len(cells.indices) * noise**2)
+        first = int(sel.row_index[sel.row_index >= 0][0])
+        for source, new in WEIGHT_COLUMNS.items():
+            if source not in ms.colnames() or not ms.iscelldefined(source, first):
+                continue
+            replace = asked.weights == "replace"
+            fill = products.weight_fill(ms, source, weight, cells, keep_others=replace)
+            yield (source, source, None, fill) if replace else (new, source, COMMENTS[new], fill)
+    if asked.bad is not None:
+        fill = products.flag_fill(ms, asked.bad, cells, merge=False)
+        yield FLAG_COLUMN, "FLAG", COMMENTS[FLAG_COLUMN], fill
+        if asked.write_flags:
+            yield "FLAG", "FLAG", None, products.flag_fill(ms, asked.bad, cells, merge=True)
+
+
+def _refuse_unusable(found, results, store, cleaned_column, weights, flag_residual, write_flags):
+    if write_flags and flag_residual is None:
+        raise MsError("--write-flags merges the residual flags into FLAG: give --flag-residual K")
+    if flag_residual is not None and not (np.isfinite(flag_residual) and flag_residual > 0):
+        raise MsError(f"--flag-residual {flag_residual}: the threshold K must be a number > 0")
+    if store is None and (weights or flag_residual is not None):
+        raise MsError(
+            "the weights and residual flags need the noise the fit used, which its store "
+            "holds: give --data STORE (the store tabascal run read)"
+        )
+    if cleaned_column is not None and "gains" not in found["group"]:
+        raise MsError(f"{results} has no array gains, which the cleaned data need")
 
 
 def export_results(
     results,
     ms_path,
     *,
-    template: str = "DATA",
-    correlation: str = "I",
+    store=None,
+    column: str | None = None,
+    correlation: str | None = None,
     spw: int | None = None,
     field: int | None = None,
+    time_tolerance: float | None = None,
     overwrite_columns: bool = False,
-    time_tolerance: float = TIME_TOLERANCE,
+    cleaned_column: str | None = None,
+    overwrite_column: bool = False,
+    weights: bool = False,
+    write_weights: bool = False,
+    flag_residual: float | None = None,
+    write_flags: bool = False,
 ) -> ExportReport:
-    """Add TAB_SKY_DATA, TAB_RFI_DATA and TAB_RES_DATA from ``results`` (a results.zarr) to
-    the Measurement Set ``ms_path``; the options select what the fit read (see module).
-    Cells the reader filled (no row in the MS) are not written anywhere."""
+    """Write the fit in ``results`` (a results.zarr) into the Measurement Set ``ms_path``.
+
+    store: the observation store the fit read (from import-ms); its metadata gives the
+    selection (an option given must agree) and its noise the weights and residual flags.
+    Without it, ``column`` (default DATA), ``correlation`` (I), ``spw``, ``field`` and
+    ``time_tolerance`` must be those the data were read with, of all channels and
+    integrations. Always writes TAB_SKY_DATA, TAB_RFI_DATA and TAB_RES_DATA; cleaned_column
+    names the column of the cleaned data (None: none); weights (TAB_WEIGHT), write_weights
+    (WEIGHT), flag_residual (K > 0: TAB_FLAG_RESIDUAL) and write_flags (into FLAG) as in the
+    module. An existing TAB_* column is refused unless ``overwrite_columns``, an existing
+    other ``cleaned_column`` unless ``overwrite_column``; nothing is written when anything is
+    refused. Cells the reader filled (no row in the MS) are not written anywhere.
+    """
     tables = _casacore.tables()
     found = _results(results)
     ms_path = Path(ms_path)
     if not (ms_path / "table.dat").exists():
         raise MsError(f"{ms_path} is not a Measurement Set (no table.dat)")
+    weights = weights or write_weights
+    _refuse_unusable(found, results, store, cleaned_column, weights, flag_residual, write_flags)
+    given = dict(column=column, correlation=correlation, spw=spw, field=field)
+    given["time_tolerance"] = time_tolerance
+    from_store = None if store is None else _store(store, found, results)
+    chosen = _options(None if from_store is None else from_store["options"], store, given)
+    column = chosen["column"]
+    _check_cleaned_name(cleaned_column, column)
     with tables.table(str(ms_path), readonly=False, ack=False) as ms:
-        names = ms.colnames()
-        if template not in names:
-            raise MsError(f"{ms_path} has no column '{template}' to model the new columns on")
-        existing = [c for c in RESULT_COLUMNS if c in names]
-        if existing and not overwrite_columns:
-            raise MsError(
-                f"{ms_path} already has column {existing[0]}; add --overwrite-columns to "
-                "replace the TAB_* columns (no other column is ever modified)"
-            )
-        sel = scan(tables, ms_path, ms, spw, field, time_tolerance)
-        try:
-            plan = correlation_plan(sel.corr_types, correlation)
-        except ValueError as err:
-            raise MsError(f"{ms_path}: {err}") from None
-        expected = (sel.n_bl, sel.chan_freq_hz.size, sel.n_time)
-        if found["shape"] != expected:
-            raise MsError(
-                f"{results} holds (n_bl, n_freq, n_time) = {found['shape']}, the selection of "
-                f"{ms_path} {expected}; export with the options the data were read with"
-            )
-        used = np.unique(np.concatenate([sel.ant1, sel.ant2]))
-        a1, a2 = np.searchsorted(used, sel.ant1), np.searchsorted(used, sel.ant2)
-        if not (np.array_equal(a1, found["a1"]) and np.array_equal(a2, found["a2"])):
-            raise MsError(
-                f"the baselines of {results} are not those of {ms_path} in its row order; "
-                "export with the options the data were read with"
-            )
-        desc = ms.getcoldesc(template)
-        fixed = desc["shape"] if "shape" in desc else None  # (n_chan, n_corr)
-        ddid_col = ms.getcol("DATA_DESC_ID")
-        shapes = _cell_shapes(tables, ms_path, fixed, np.unique(ddid_col))
-        for column, array in RESULT_COLUMNS.items():
-            if column not in names:
-                _add_column(tables, ms, column, template)
-            fitted = np.asarray(found["group"][array][...], np.complex64)
-            _write_column(ms, column, fitted, sel, plan.indices, shapes, ddid_col)
-    n_rows = sel.row_index.size - sel.n_rows_filled
-    return ExportReport(tuple(RESULT_COLUMNS), n_rows, plan.describe())
+        recovered = columns.recover(ms)
+        if column not in ms.colnames():
+            raise MsError(f"{ms_path} has no column '{column}' to model the new columns on")
+        _check_names(ms, ms_path, cleaned_column, (overwrite_columns, overwrite_column))
+        sel, plan = _selection(tables, ms, ms_path, chosen)
+        _check_selection(found, sel, results, ms_path, store)
+        noise = None if from_store is None else from_store["noise"]
+        bad = None
+        if flag_residual is not None:
+            residual = products.ms_order(np.asarray(found["group"]["residual"][...]), sel)
+            bad = np.abs(residual) > flag_residual * noise[:, None, None]
+        mode = None if not weights else "replace" if write_weights else "new"
+        asked = _Asked(cleaned_column, mode, bad, write_flags)
+        groups = _row_groups(tables, ms, ms_path, column)
+        cells = products.selection_cells(sel, plan)
+        existed = set(ms.colnames())
+        written, backups = [], {}
+        for name, template, comment, fill in _jobs(ms, found, sel, cells, column, noise, asked):
+            chunks = columns.row_chunks(groups, lambda shape: 16 * math.prod(shape))
+            made = columns.write_column(tables, ms, name, template, chunks, fill, comment=comment)
+            written.append(name)
+            if made is not None:
+                backups[name] = made
+    return ExportReport(
+        columns=tuple(written),
+        n_rows=sel.row_index.size - sel.n_rows_filled,
+        correlations=plan.describe(),
+        data_column=column,
+        replaced=tuple(c for c in written if c in existed),
+        backups=backups,
+        n_flagged=None if bad is None else int(np.count_nonzero(bad)),
+        n_cells=int(math.prod(found["shape"])),
+        channels=(sel.channels.start, sel.channels.stop, sel.n_chan_spw),
+        integrations=(sel.times.start, sel.times.stop, sel.n_time_grid),
+        recovered=tuple(recovered),
+    )
