@@ -40,7 +40,7 @@ class Written:
     positions: np.ndarray  # (n_ant, 3) ITRF
     dish: np.ndarray  # (n_ant,)
     freqs: list  # per spectral window (n_chan,)
-    chan_width: float
+    chan_width: float  # of the first window
     phase_dir: np.ndarray  # (n_field, 2) J2000 rad
     corr_types: list
     t_index: np.ndarray  # (n_rows,) the integration of each row
@@ -59,6 +59,7 @@ def build_ms(
     n_chan=3,
     corr=("XX", "YY"),
     n_spw=1,
+    spw_freqs=None,
     n_field=1,
     interval=2.0,
     autocorrelations=False,
@@ -68,7 +69,9 @@ def build_ms(
     seed=0,
 ) -> Written:
     """A regular MS at ``path``. sigma: 'scalar', 'per baseline', 'varying' (in time) or
-    'ones' (SIGMA and WEIGHT 1 everywhere, as pyuvdata writes them)."""
+    'ones' (SIGMA and WEIGHT 1 everywhere, as pyuvdata writes them). spw_freqs: per window,
+    (lowest channel's frequency, channel width) in Hz; None: 1.3 GHz and 10 MHz higher for
+    each further window, channels of 200 kHz. Every window has ``n_chan`` channels."""
     rng = np.random.default_rng(seed)
     n_corr = len(corr)
     pairs = [(a, b) for a in range(n_ant) for b in range(a, n_ant) if autocorrelations or a < b]
@@ -97,16 +100,18 @@ def build_ms(
         t.putcol("POSITION", positions)
         t.putcol("DISH_DIAMETER", dish)
         t.putcol("NAME", [f"M{a:03d}" for a in range(n_ant)])
-    width = 2e5
+    spw_freqs = spw_freqs or [(1.3e9 + 1e7 * s, 2e5) for s in range(n_spw)]
+    assert len(spw_freqs) == n_spw
+    width = spw_freqs[0][1]
     freqs = []
     with _subtable(path, "SPECTRAL_WINDOW") as t:
         t.addrows(n_spw)
-        for s in range(n_spw):
-            f = 1.3e9 + 1e7 * s + width * np.arange(n_chan)
+        for s, (lowest, step) in enumerate(spw_freqs):
+            f = lowest + step * np.arange(n_chan)
             f = f[::-1] if descending else f
             freqs.append(f)
             t.putcell("CHAN_FREQ", s, f)
-            t.putcell("CHAN_WIDTH", s, np.full(n_chan, -width if descending else width))
+            t.putcell("CHAN_WIDTH", s, np.full(n_chan, -step if descending else step))
             t.putcell("NUM_CHAN", s, n_chan)
     with _subtable(path, "POLARIZATION") as t:
         t.addrows(1)

@@ -25,7 +25,14 @@ def _selection_arguments(parser, column_help: str) -> None:
         help="correlation to fit: a parallel hand, or Stokes I (stored, or (XX+YY)/2 or "
         "(RR+LL)/2) [default I]",
     )
-    parser.add_argument("--spw", type=int, help="spectral window id (needed if several)")
+    parser.add_argument(
+        "--spw",
+        type=_spw_argument,
+        metavar="SPW",
+        help="spectral window id (needed if several), or several read side by side as one "
+        "band: ids separated by commas (0,1) or all; their channels must be of equal width "
+        "and each window must begin one channel above where the one below ends",
+    )
     parser.add_argument("--field", type=int, help="field id (needed if several)")
     parser.add_argument(
         "--time-tolerance",
@@ -35,6 +42,19 @@ def _selection_arguments(parser, column_help: str) -> None:
         help="how far a row's TIME may lie from its integration of the grid, as a fraction of "
         "INTERVAL (at least 0.001, below 0.5) [default 0.1]",
     )
+
+
+def _spw_argument(text: str) -> int | str | tuple[int, ...]:
+    """``N``, ``N,M,...`` or ``all`` as a window id, ids or 'all'."""
+    if text.strip().lower() == "all":
+        return "all"
+    try:
+        ids = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a spectral window id, ids separated by commas (0,1), or all"
+        ) from None
+    return ids[0] if len(ids) == 1 else ids
 
 
 def _range_argument(text: str) -> slice:
@@ -154,9 +174,13 @@ def _import_ms(args: argparse.Namespace) -> int:
     except TabascalError as err:
         return _fail("import-ms", err)
     info = meta.metadata["measurement_set"]
+    spw = info["spw"]
+    windows = f"spectral window {spw}"
+    if isinstance(spw, list):
+        windows = f"spectral windows {', '.join(map(str, spw))} side by side"
     print(
         f"wrote {args.output} from {args.ms} ({info['column']}, correlation "
-        f"{info['correlation']}, spectral window {info['spw']}, field {info['field']})"
+        f"{info['correlation']}, {windows}, field {info['field']})"
     )
     print(
         f"  {meta.n_ant} stations, {meta.n_bl} baselines, {meta.n_freq} channels, "

@@ -39,7 +39,9 @@ left is in every hand.
 **Partial imports.** Given the store the fit read, its ``metadata.measurement_set`` gives the
 selection (column, correlation, spectral window, field, time tolerance, and the channels and
 integrations of ``--channels``/``--times``); only those cells are written, and every other
-cell of a new column holds what it would outside the selection.
+cell of a new column holds what it would outside the selection. A band of several spectral
+windows read side by side (``--spw 0,1``) is written back window by window: each window's
+rows get its channels of the band, in the order the window stores them.
 
 No existing column is modified unless named (``cleaned_column``, ``write_weights``,
 ``write_flags``). Columns are written under a temporary name and renamed when complete
@@ -58,7 +60,7 @@ import zarr
 
 from tabascal.measurement_set import _casacore, columns, products
 from tabascal.measurement_set.correlations import correlation_plan
-from tabascal.measurement_set.selection import TIME_TOLERANCE, MsError, scan, subtable
+from tabascal.measurement_set.selection import TIME_TOLERANCE, MsError, cell_shapes, scan
 from tabascal.store import read_meta
 
 RESULT_COLUMNS = {"TAB_SKY_DATA": "sky_vis", "TAB_RFI_DATA": "rfi_vis", "TAB_RES_DATA": "residual"}
@@ -179,25 +181,32 @@ def _options(store_options: dict | None, store, given: dict) -> dict:
             continue
         if name == "time_tolerance" and math.isclose(value, there, rel_tol=1e-12):
             continue
+        if name == "spw" and isinstance(there, list) and _same_windows(value, there):
+            continue
         flag = OPTION_NAMES[name]
         raise MsError(
-            f"{store} was imported with {flag} {there}, not {value}; export-ms writes into "
-            f"the selection the fit read (leave {flag} out)"
+            f"{store} was imported with {flag} {_text(there)}, not {_text(value)}; export-ms "
+            f"writes into the selection the fit read (leave {flag} out)"
         )
     return store_options
+
+
+def _same_windows(given, stored: list[int]) -> bool:
+    """Whether --spw as given (an id, ids or 'all') names the windows a store of several was
+    imported from ('all' did, if the MS is the one imported: its selection is checked)."""
+    return given == "all" or (np.ndim(given) == 1 and sorted(given) == sorted(stored))
+
+
+def _text(value) -> str:
+    """An option's value as the command line writes it (window ids 0,1)."""
+    return ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
 
 
 def _cell_shapes(tables, path: Path, template_fixed, ddids: np.ndarray) -> dict:
     """(n_chan, n_corr) of the rows of each DATA_DESC_ID."""
     if template_fixed is not None:
         return {int(d): tuple(template_fixed) for d in ddids}
-    with subtable(tables, path, "DATA_DESCRIPTION") as dd:
-        spw_of, pol_of = dd.getcol("SPECTRAL_WINDOW_ID"), dd.getcol("POLARIZATION_ID")
-    with subtable(tables, path, "SPECTRAL_WINDOW") as sw:
-        n_chan = sw.getcol("NUM_CHAN")
-    with subtable(tables, path, "POLARIZATION") as pol:
-        n_corr = pol.getcol("NUM_CORR")
-    return {int(d): (int(n_chan[spw_of[d]]), int(n_corr[pol_of[d]])) for d in ddids}
+    return cell_shapes(tables, path, ddids)
 
 
 def _check_cleaned_name(cleaned: str | None, column: str) -> None:
@@ -269,6 +278,15 @@ def _check_selection(found: dict, sel, results, ms_path, store) -> None:
             )
 
 
+def _channels_written(sel) -> tuple[int, int, int]:
+    """(start, stop, of how many) of the window's channels written; several windows are
+    written whole, (0, n, n) with n the band's channels."""
+    if len(sel.windows) > 1:
+        return 0, sel.chan_freq_hz.size, sel.chan_freq_hz.size
+    window = sel.windows[0]
+    return window.channels.start, window.channels.stop, window.n_chan_spw
+
+
 def _selection(tables, ms, ms_path, chosen: dict):
     """The selection ``chosen`` of the open MS and its correlation plan."""
     sel = scan(
@@ -299,8 +317,8 @@ def _row_groups(tables, ms, ms_path, column: str) -> list:
 @dataclass(frozen=True)
 class _Asked:
     """The products asked for: cleaned column (or None), weights into TAB_WEIGHT ('new') or
-    WEIGHT ('replace') or none (None), residual flags (bad cells (n_bl, n_chan, n_time) in MS
-    channel order, or None) and whether they go into FLAG."""
+    WEIGHT ('replace') or none (None), residual flags (bad cells (n_bl, n_chan, n_time),
+    channels ascending, or None) and whether they go into FLAG."""
 
     cleaned: str | None
     weights: str | None
@@ -313,11 +331,11 @@ def _jobs(ms, found: dict, sel, cells: products.Cells, column: str, noise, asked
     when its column is reached."""
     group = found["group"]
     for name, array in RESULT_COLUMNS.items():
-        cube = products.ms_order(np.asarray(group[array][...], np.complex64), sel)
+        cube = np.asarray(group[array][...], np.complex64)
         yield name, column, COMMENTS[name], products.cube_fill(cube, cells)
     if asked.cleaned is not None:
-        rfi = products.ms_order(np.asarray(group["rfi_vis"][...], np.complex64), sel)
-        gains = products.ms_order(np.asarray(group["gains"][...], np.complex64), sel)
+        rfi = np.asarray(group["rfi_vis"][...], np.complex64)
+        gains = np.asarray(group["gains"][...], np.complex64)
         fill = products.cleaned_fill(ms, column, rfi, gains, found["a1"], found["a2"], cells)
         if asked.cleaned in ms.colnames():  # replaced: keeps its own description
             yield asked.cleaned, asked.cleaned, None, fill
@@ -325,7 +343,8 @@ def _jobs(ms, found: dict, sel, cells: products.Cells, column: str, noise, asked
             yield asked.cleaned, column, f"tabascal: {column} minus the fitted RFI", fill
     if asked.weights is not None:
         weight = 1.0 / (len(cells.indices) * noise**2)
-        first = int(sel.row_index[sel.row_index >= 0][0])
+        grid = sel.row_grid
+        first = int(grid[grid >= 0][0])
         for source, new in WEIGHT_COLUMNS.items():
             if source not in ms.colnames() or not ms.iscelldefined(source, first):
                 continue
@@ -375,14 +394,14 @@ def export_results(
 
     store: the observation store the fit read (from import-ms); its metadata gives the
     selection (an option given must agree) and its noise the weights and residual flags.
-    Without it, ``column`` (default DATA), ``correlation`` (I), ``spw``, ``field`` and
-    ``time_tolerance`` must be those the data were read with, of all channels and
-    integrations. Always writes TAB_SKY_DATA, TAB_RFI_DATA and TAB_RES_DATA; cleaned_column
-    names the column of the cleaned data (None: none); weights (TAB_WEIGHT), write_weights
-    (WEIGHT), flag_residual (K > 0: TAB_FLAG_RESIDUAL) and write_flags (into FLAG) as in the
-    module. An existing TAB_* column is refused unless ``overwrite_columns``, an existing
-    other ``cleaned_column`` unless ``overwrite_column``; nothing is written when anything is
-    refused. Cells the reader filled (no row in the MS) are not written anywhere.
+    Without it, ``column`` (default DATA), ``correlation`` (I), ``spw`` (an id, ids or
+    'all'), ``field`` and ``time_tolerance`` must be those the data were read with, of all
+    channels and integrations. Always writes TAB_SKY_DATA, TAB_RFI_DATA and TAB_RES_DATA;
+    cleaned_column names the column of the cleaned data (None: none); weights (TAB_WEIGHT),
+    write_weights (WEIGHT), flag_residual (K > 0: TAB_FLAG_RESIDUAL) and write_flags (into
+    FLAG) as in the module. An existing TAB_* column is refused unless ``overwrite_columns``,
+    an existing other ``cleaned_column`` unless ``overwrite_column``; nothing is written when
+    anything is refused. Cells the reader filled (no row in the MS) are not written anywhere.
     """
     tables = _casacore.tables()
     found = _results(results)
@@ -407,7 +426,7 @@ def export_results(
         noise = None if from_store is None else from_store["noise"]
         bad = None
         if flag_residual is not None:
-            residual = products.ms_order(np.asarray(found["group"]["residual"][...]), sel)
+            residual = np.asarray(found["group"]["residual"][...])
             bad = np.abs(residual) > flag_residual * noise[:, None, None]
         mode = None if not weights else "replace" if write_weights else "new"
         asked = _Asked(cleaned_column, mode, bad, write_flags)
@@ -423,14 +442,14 @@ def export_results(
                 backups[name] = made
     return ExportReport(
         columns=tuple(written),
-        n_rows=sel.row_index.size - sel.n_rows_filled,
+        n_rows=sel.row_grid.size - sel.n_rows_filled,
         correlations=plan.describe(),
         data_column=column,
         replaced=tuple(c for c in written if c in existed),
         backups=backups,
         n_flagged=None if bad is None else int(np.count_nonzero(bad)),
         n_cells=int(math.prod(found["shape"])),
-        channels=(sel.channels.start, sel.channels.stop, sel.n_chan_spw),
+        channels=_channels_written(sel),
         integrations=(sel.times.start, sel.times.stop, sel.n_time_grid),
         recovered=tuple(recovered),
     )

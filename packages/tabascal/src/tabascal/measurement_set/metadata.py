@@ -110,26 +110,31 @@ def read_meta(
     ra, dec, phase_dir = _phase_centre(tables, path, sel.field, ant_itrf, epoch, gast0, t_mid)
     keywords = ms.getkeywords()
     metadata = json.loads(keywords.get(METADATA_KEYWORD, "{}"))
+    # Several windows are read whole: their channels are the band's, all of them.
+    reversed_ = [w.reversed for w in sel.windows]
+    one = sel.windows[0]
+    channels = one.channels if len(sel.windows) == 1 else slice(0, sel.chan_freq_hz.size)
+    n_chan_spw = one.n_chan_spw if len(sel.windows) == 1 else sel.chan_freq_hz.size
     metadata["measurement_set"] = {
         "path": str(path.resolve()),
         "column": column,
         "correlation": plan.describe(),
         "correlations_in_data": correlation_names(sel.corr_types),
-        "spw": sel.spw,
+        "spw": sel.spws[0] if len(sel.spws) == 1 else list(sel.spws),
         "field": sel.field,
         "phase_dir": phase_dir,
         "antenna_ids": used.tolist(),
         "antenna_names": names,
         "autocorrelation_rows_dropped": sel.n_autocorrelations,
-        "channels_reversed": sel.reversed,
+        "channels_reversed": reversed_ if len(reversed_) > 1 else reversed_[0],
         "correlation_in_place_of": plan.stands_for,
         "rows_in_time_order": sel.in_time_order,
         "time_tolerance": sel.time_tolerance,
         "max_time_offset": sel.max_time_offset,
         "rows_filled": sel.n_rows_filled,
         "integrations_filled": sel.n_times_filled,
-        "channels": [sel.channels.start, sel.channels.stop],
-        "channels_in_window": sel.n_chan_spw,
+        "channels": [channels.start, channels.stop],
+        "channels_in_window": n_chan_spw,
         "integrations": [sel.times.start, sel.times.stop],
         "integrations_in_grid": sel.n_time_grid,
     }

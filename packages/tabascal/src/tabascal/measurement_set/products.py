@@ -3,8 +3,10 @@
 Every function returns ``fill(rows, shape)``: the values of the column at the ascending table
 rows ``rows``, whose cells are ``shape`` (n_chan, n_corr). The fit's cells are those of
 :class:`Cells`; every other cell holds what the column holds outside the fit (0, the data, the
-original weights or flags). The cubes are (n_bl, n_chan, n_time) with their channels in the
-order the MS stores them (:func:`ms_order`). The formulas are in :mod:`.export`.
+original weights or flags). The cubes are (n_bl, n_freq, n_time) with their channels
+ascending, as the fit holds them; :meth:`Cells.of` maps each spectral window's rows to their
+part of the band in the order the window stores its channels. The formulas are in
+:mod:`.export`.
 """
 
 from __future__ import annotations
@@ -19,43 +21,49 @@ from tabascal.measurement_set.columns import get_rows
 @dataclass(frozen=True)
 class Cells:
     """Where the fit's cells are in the table. position: (n_rows_table,) t * n_bl + b of the
-    (integration, baseline) each table row holds, -1 for rows outside the selection.
-    channels: the selection's MS channels. indices: the correlations fitted."""
+    (integration, baseline) each table row holds, -1 for rows outside the selection. window:
+    (n_rows_table,) the index in ``windows`` of each row's spectral window. windows: for each
+    window, the MS channels read and the band's channels they are, in the window's order.
+    indices: the correlations fitted."""
 
     position: np.ndarray
+    window: np.ndarray
     n_bl: int
-    channels: slice
+    windows: tuple[tuple[slice, slice], ...]
     indices: tuple[int, ...]
 
     def of(self, rows: np.ndarray):
-        """(positions in ``rows`` of the rows in the selection, their baseline, integration)."""
+        """For each spectral window with rows among ``rows``: the positions in ``rows`` of
+        those rows, their baseline and integration, the MS channels read and the band's
+        channels they hold (a slice of a cube's channel axis)."""
         pos = self.position[rows]
-        hit = np.flatnonzero(pos >= 0)
-        t, b = np.divmod(pos[hit], self.n_bl)
-        return hit, b, t
+        for k, (channels, band) in enumerate(self.windows):
+            hit = np.flatnonzero((pos >= 0) & (self.window[rows] == k))
+            if hit.size:
+                t, b = np.divmod(pos[hit], self.n_bl)
+                yield hit, b, t, channels, band
 
 
 def selection_cells(sel, plan) -> Cells:
     """The :class:`Cells` of the selection ``sel`` read with the correlation plan ``plan``."""
     position = np.full(sel.n_rows_table, -1, np.int64)
-    held = np.flatnonzero(sel.row_index.ravel() >= 0)  # filled cells have no row to write
-    position[sel.row_index.ravel()[held]] = held
-    return Cells(position, sel.n_bl, sel.channels, plan.indices)
-
-
-def ms_order(cube: np.ndarray, sel) -> np.ndarray:
-    """A (n, n_freq, n_time) cube with its channels in the order the MS stores them."""
-    return cube[:, ::-1] if sel.reversed else cube
+    window = np.full(sel.n_rows_table, -1, np.int64)
+    for k, w in enumerate(sel.windows):
+        held = np.flatnonzero(w.row_index.ravel() >= 0)  # filled cells have no row to write
+        position[w.row_index.ravel()[held]] = held
+        window[w.row_index.ravel()[held]] = k
+    windows = tuple((w.channels, w.band_in_ms_order()) for w in sel.windows)
+    return Cells(position, window, sel.n_bl, windows, plan.indices)
 
 
 def cube_fill(cube: np.ndarray, cells: Cells):
     """A TAB_*_DATA column: ``cube`` in the fitted correlations, 0 elsewhere."""
 
     def fill(rows, shape):
-        hit, b, t = cells.of(rows)
         out = np.zeros((rows.size, *shape), np.complex64)
-        for i in cells.indices:
-            out[hit, cells.channels, i] = cube[b, :, t]
+        for hit, b, t, channels, band in cells.of(rows):
+            for i in cells.indices:
+                out[hit, channels, i] = cube[b, band, t]
         return out
 
     return fill
@@ -67,12 +75,12 @@ def cleaned_fill(ms, data_column: str, rfi, gains, a1, a2, cells: Cells):
 
     def fill(rows, shape):
         out = get_rows(ms, data_column, rows)
-        hit, b, t = cells.of(rows)
-        g1 = gains[a1[b], :, t].astype(np.complex128)
-        g2 = gains[a2[b], :, t].astype(np.complex128)
-        seen = g1 * rfi[b, :, t] * np.conj(g2)
-        for i in cells.indices:
-            out[hit, cells.channels, i] -= seen
+        for hit, b, t, channels, band in cells.of(rows):
+            g1 = gains[a1[b], band, t].astype(np.complex128)
+            g2 = gains[a2[b], band, t].astype(np.complex128)
+            seen = g1 * rfi[b, band, t] * np.conj(g2)
+            for i in cells.indices:
+                out[hit, channels, i] -= seen
         return out
 
     return fill
@@ -85,13 +93,13 @@ def weight_fill(ms, column: str, weight: np.ndarray, cells: Cells, keep_others: 
     def fill(rows, shape):
         original = get_rows(ms, column, rows)
         out = original.copy() if keep_others else np.zeros_like(original)
-        hit, b, _ = cells.of(rows)
-        for i in cells.indices:
-            if original.ndim == 3:
-                was = original[hit, cells.channels, i]
-                out[hit, cells.channels, i] = np.where(was != 0, weight[b][:, None], 0)
-            else:
-                out[hit, i] = np.where(original[hit, i] != 0, weight[b], 0)
+        for hit, b, _, channels, _ in cells.of(rows):
+            for i in cells.indices:
+                if original.ndim == 3:
+                    was = original[hit, channels, i]
+                    out[hit, channels, i] = np.where(was != 0, weight[b][:, None], 0)
+                else:
+                    out[hit, i] = np.where(original[hit, i] != 0, weight[b], 0)
         return out
 
     return fill
@@ -103,8 +111,8 @@ def flag_fill(ms, bad: np.ndarray, cells: Cells, merge: bool):
 
     def fill(rows, shape):
         out = get_rows(ms, "FLAG", rows) if merge else np.zeros((rows.size, *shape), bool)
-        hit, b, t = cells.of(rows)
-        out[hit, cells.channels, :] |= bad[b, :, t][..., None]
+        for hit, b, t, channels, band in cells.of(rows):
+            out[hit, channels, :] |= bad[b, band, t][..., None]
         return out
 
     return fill

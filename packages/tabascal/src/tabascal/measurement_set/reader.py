@@ -25,7 +25,8 @@ any order, with jittered times or missing, make a (time, baseline) grid):
   the sky model's field covers every station's; a warning when they differ);
 - times from ``TIME`` (each integration's median) and ``INTERVAL``, channels from
   SPECTRAL_WINDOW ``CHAN_FREQ`` and ``CHAN_WIDTH`` (descending channels are reversed to
-  ascending; ``channels`` and ``times`` read a range of them, :mod:`.selection`), the phase
+  ascending; ``channels`` and ``times`` read a range of them, :mod:`.selection`; several
+  windows are read side by side, each window's rows giving its channels), the phase
   centre from FIELD ``PHASE_DIR`` (:mod:`~tabascal.measurement_set.frames`), gast0 the IAU
   1982 GMST of the start;
 - satellites: given orbits, else a TLE file and catalogue numbers, else the orbits tabascal
@@ -49,7 +50,13 @@ from tabascal.measurement_set import noise as ms_noise
 from tabascal.measurement_set.correlations import correlation_plan
 from tabascal.measurement_set.metadata import METADATA_KEYWORD, read_meta
 from tabascal.measurement_set.metadata import ORBITS_KEYWORD as ORBITS_KEYWORD  # writer's import
-from tabascal.measurement_set.selection import TIME_TOLERANCE, MsError, scan
+from tabascal.measurement_set.selection import (
+    TIME_TOLERANCE,
+    MsError,
+    Window,
+    cell_shapes,
+    scan,
+)
 from tabascal.store import Observation, ObservationMeta, row_blocks
 
 log = logging.getLogger(__name__)
@@ -93,7 +100,10 @@ class MeasurementSetReader:
     """An open Measurement Set as an observation: metadata at once, rows on demand.
 
     column: data column ('DATA', 'CORRECTED_DATA', ...). correlation: 'I' (default), 'XX',
-    'YY', 'RR' or 'LL'. spw, field: ids to read (needed when the data hold several). orbits:
+    'YY', 'RR' or 'LL'. spw: the spectral window id, or several (a sequence of ids, or 'all')
+    read side by side as one band: windows of equal channels, each beginning one channel above
+    where the one below ends (:mod:`.selection`). field: the field id. Each is needed when the
+    data hold several. orbits:
     the satellites; or tle_file with satellites (catalogue numbers, None: all in the file) and
     ut1_utc_s. time_tolerance: how far (in INTERVALs, at least 0.001 and below 0.5) a row's
     TIME may lie from its integration of the grid (:mod:`.selection`). channels, times: slices
@@ -184,9 +194,13 @@ class MeasurementSetReader:
                 "(%d whole integrations): they are filled with vis 0, flagged",
                 self.path,
                 sel.n_rows_filled,
-                sel.row_index.size,
+                sel.row_grid.size,
                 sel.n_times_filled,
             )
+        # One getcol cannot read a span of rows whose cells differ in shape (windows of
+        # different sizes in a column of varying shape); such rows are selected one by one.
+        ddids = np.unique(self._table.getcol("DATA_DESC_ID"))
+        self._one_cell_shape = len(set(cell_shapes(tables, self.path, ddids).values())) == 1
         time_ref = self._table.getcolkeyword("TIME", "MEASINFO").get("Ref", "UTC")
         if time_ref != "UTC":
             raise MsError(f"{self.path}: TIME is in {time_ref}; tabascal reads UTC times")
@@ -196,7 +210,8 @@ class MeasurementSetReader:
         out now when the best is a per-row column (cheap), else when first needed."""
         self._noise_method = method
         self._noise, self._noise_source = None, None
-        held = self.selection.row_index[self.selection.row_index >= 0]
+        grid = self.selection.row_grid
+        held = grid[grid >= 0]
         present = [
             name
             for name in (*ms_noise.SPECTRUM_COLUMNS, *ms_noise.ROW_COLUMNS)
@@ -224,8 +239,9 @@ class MeasurementSetReader:
             if without_data and not per_row:
                 return
             if per_row:
-                values = self._table.getcol(name)[self.selection.row_index]
-                used = values[self.selection.row_index >= 0][:, list(self.plan.indices)]
+                grid = self.selection.row_grid
+                values = self._table.getcol(name)[grid]
+                used = values[grid >= 0][:, list(self.plan.indices)]
                 lowest, highest = float(used.min()), float(used.max())
             else:
                 lowest, highest = self._column_range(name)
@@ -251,8 +267,9 @@ class MeasurementSetReader:
 
     def _row_noise(self, name: str, values: np.ndarray, reason: str | None) -> None:
         """The noise from the per-row column ``name`` (SIGMA or WEIGHT; values at each
-        (integration, baseline), (n_time, n_bl, n_corr)) over rows not flagged by FLAG_ROW."""
-        idx = self.selection.row_index
+        (integration, baseline) of each window, (n_windows * n_time, n_bl, n_corr)) over rows
+        not flagged by FLAG_ROW."""
+        idx = self.selection.row_grid
         held = idx >= 0
         sigma = np.where(held, self.plan.sigma(ms_noise.noise_from_column(name, values)), np.nan)
         good = held & ~self._table.getcol("FLAG_ROW")[idx]
@@ -354,14 +371,15 @@ class MeasurementSetReader:
     def _column_range(self, name: str) -> tuple[float, float]:
         """Smallest and largest value of the per-channel column ``name`` over the selected
         rows, channels and correlations used."""
-        rownrs = np.sort(self.selection.row_index[self.selection.row_index >= 0])
         n_chan = self.meta.n_freq * len(self.selection.corr_types)
         step = max(1, BLOCK_BYTES // (8 * n_chan))
         lowest, highest = np.inf, -np.inf
-        for k in range(0, rownrs.size, step):
-            cells = self._cells(name, rownrs[k : k + step], self.selection.channels)
-            used = cells[..., list(self.plan.indices)]
-            lowest, highest = min(lowest, used.min()), max(highest, used.max())
+        for window in self.selection.windows:
+            rownrs = np.sort(window.row_index[window.row_index >= 0])
+            for k in range(0, rownrs.size, step):
+                cells = self._cells(name, rownrs[k : k + step], window)
+                used = cells[..., list(self.plan.indices)]
+                lowest, highest = min(lowest, used.min()), max(highest, used.max())
         return float(lowest), float(highest)
 
     def _pass_blocks(self):
@@ -369,21 +387,23 @@ class MeasurementSetReader:
         per_row = 16 * self.meta.n_freq * self.meta.n_time
         return row_blocks(self.selection.n_bl, max(1, BLOCK_BYTES // per_row))
 
-    def _cells(self, name: str, rownrs: np.ndarray, channels: slice | None = None) -> np.ndarray:
+    def _cells(self, name: str, rownrs: np.ndarray, window: Window | None = None) -> np.ndarray:
         """Column ``name`` at table rows ``rownrs`` (any order), reading the covering span when
-        at most half of it is unwanted, else just those rows; only MS ``channels`` (a slice,
-        step 1) of a column with a channel axis when they are not all of them."""
+        at most half of it is unwanted, else just those rows; of a column with a channel axis,
+        only the channels read of ``window`` (the spectral window of the rows) when they are
+        not all of them."""
         lo, hi = int(rownrs.min()), int(rownrs.max()) + 1
-        span = hi - lo <= 2 * rownrs.size
+        uniform = self._one_cell_shape or self._table.isscalarcol(name)
+        span = uniform and hi - lo <= 2 * rownrs.size
         wanted = None if span else np.unique(rownrs)
         table = self._table if span else self._table.selectrows(wanted)
         rows = {"startrow": lo, "nrow": hi - lo} if span else {}
         self._count(hi - lo if span else wanted.size)
-        sel = self.selection
-        if channels is None or channels == slice(0, sel.n_chan_spw):
+        channels = None if window is None else window.channels
+        if channels is None or channels == slice(0, window.n_chan_spw):
             cells = table.getcol(name, **rows)
         else:
-            n_corr = len(sel.corr_types)
+            n_corr = len(self.selection.corr_types)
             blc, trc = [channels.start, 0], [channels.stop - 1, n_corr - 1]
             cells = table.getcolslice(name, blc, trc, **rows)
         return cells[rownrs - lo] if span else cells[np.searchsorted(wanted, rownrs)]
@@ -402,23 +422,23 @@ class MeasurementSetReader:
         vis, flags = np.zeros(shape, np.complex64), np.ones(shape, bool)
         cell_noise = None if spectrum is None else np.full(shape, np.nan)
         per_time = max(1, n_rows * meta.n_freq * len(sel.corr_types) * 8)
-        order = slice(None, None, -1) if sel.reversed else slice(None)
-        blocks = row_blocks(meta.n_time, max(1, BLOCK_BYTES // per_time)) if n_rows else []
-        for times in blocks:
-            rownrs = sel.row_index[times, rows].T  # (n_rows, n_time in the block)
+        blocks = list(row_blocks(meta.n_time, max(1, BLOCK_BYTES // per_time))) if n_rows else []
+        for window, times in ((w, t) for w in sel.windows for t in blocks):
+            rownrs = window.row_index[times, rows].T  # (n_rows, n_time in the block)
             held = rownrs >= 0
             if not held.any():
                 continue
             rownrs = rownrs[held]
-            cells = self.plan.vis(self._cells(self.column, rownrs, sel.channels)[:, order])
-            bad = self.plan.flags(self._cells("FLAG", rownrs, sel.channels)[:, order])
+            order = slice(None, None, -1) if window.reversed else slice(None)
+            cells = self.plan.vis(self._cells(self.column, rownrs, window)[:, order])
+            bad = self.plan.flags(self._cells("FLAG", rownrs, window)[:, order])
             bad |= self._cells("FLAG_ROW", rownrs)[:, None]
             bad |= ~np.isfinite(cells)
-            block = (slice(None), slice(None), times)
+            block = (slice(None), window.band, times)
             vis[block] = _scatter(held, cells, 0).transpose(0, 2, 1)
             flags[block] = _scatter(held, bad, True).transpose(0, 2, 1)
             if spectrum is not None:
-                raw = self._cells(spectrum, rownrs, sel.channels)[:, order]
+                raw = self._cells(spectrum, rownrs, window)[:, order]
                 sigma = self.plan.sigma(ms_noise.noise_from_column(spectrum, raw))
                 cell_noise[block] = _scatter(held, sigma, np.nan).transpose(0, 2, 1)
         return vis, flags, cell_noise

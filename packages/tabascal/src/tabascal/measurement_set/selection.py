@@ -1,8 +1,12 @@
 """The rows of a Measurement Set that make one observation: a (time, baseline) grid.
 
-tabascal reads one spectral window and one field. Autocorrelations (ANTENNA1 == ANTENNA2) are
-always dropped: the model is of cross-correlations, and an autocorrelation's noise-power
-bias and statistics are not those of the likelihood.
+tabascal reads one field and one spectral window, or several side by side as one band when
+their channels are of equal width and each begins one channel above where the one below ends
+(``spw=[0, 1]`` or ``spw="all"``; anything else is refused, naming the windows' channels).
+Each window then has a grid of rows of its own on the common integrations and baselines.
+Autocorrelations (ANTENNA1 == ANTENNA2) are always dropped: the model is of
+cross-correlations, and an autocorrelation's noise-power bias and statistics are not those
+of the likelihood.
 
 The rows are taken as telescopes write them, in any order. Each is placed on the nearest
 integration of a grid spaced by the median INTERVAL (the integration time the store records,
@@ -26,21 +30,28 @@ the spectral window as the MS stores it (before descending channels are made asc
 integrations by their index on the grid, which is in time order whatever the rows' order. A
 range that is empty or reaches past the ends is an :class:`MsError` naming the range there
 is. Only the selected channels must be of equal width and evenly spaced; the baselines are
-those with a row in the selected integrations.
+those with a row in the selected integrations. Several windows are read whole: a range of
+channels is of one window.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from tabascal import TabascalError
+from tabascal.measurement_set.correlations import correlation_names
 
 SPACING_RTOL = 1e-3  # allowed relative jitter of INTERVAL; the least time tolerance
 TIME_TOLERANCE = 0.1  # default allowed offset of a TIME from its integration, in INTERVALs
 CHANNEL_RTOL = 1e-6  # allowed relative jitter of channel widths and spacings
+SEVERAL_WINDOWS = (
+    ", or several side by side as one band (--spw 0,1 or --spw all: windows of equal "
+    "channels, each beginning one channel above where the one below ends)"
+)
 
 
 class MsError(TabascalError, ValueError):
@@ -48,94 +59,195 @@ class MsError(TabascalError, ValueError):
 
 
 @dataclass(frozen=True, eq=False)
-class MsSelection:
-    """One spectral window and field of an MS as a grid of rows.
+class Window:
+    """One spectral window of a selection.
 
-    row_index: (n_time, n_bl) int64, the table row of each (integration, baseline), -1 where
-    the MS has none (filled with flagged cells when read). ant1, ant2: (n_bl,) MS antenna ids,
-    in the order the baselines first appear in time order. time_mjd_s: (n_time,) TIME of each
-    integration (MJD seconds, UTC): the median of its rows', the grid's where it has none.
-    interval_s: INTERVAL, the grid's spacing. ddid, spw, pol, field: the ids selected.
-    corr_types: (n_corr,) CASA codes. chan_freq_hz: (n_chan,) ascending; reversed: whether the
-    MS stores them descending. chan_width_hz: > 0. n_autocorrelations: rows dropped for being
-    autocorrelations. n_rows_table: all rows. in_time_order: whether the selected rows were
-    ordered by TIME. time_tolerance: the largest offset of a TIME from its integration allowed,
-    max_time_offset: the largest found (both in INTERVALs).
+    spw, ddid: its ids. row_index: (n_time, n_bl) int64, the table row of each (integration,
+    baseline) in this window, -1 where the MS has none (filled with flagged cells when read).
+    channels: the MS channels read (step 1) of the n_chan_spw it holds; reversed: whether the
+    MS stores them descending. band: the slice of the selection's ascending channels they are.
     """
 
+    spw: int
+    ddid: int
     row_index: np.ndarray
+    channels: slice
+    n_chan_spw: int
+    reversed: bool
+    band: slice
+
+    def band_in_ms_order(self) -> slice:
+        """``band`` in the order the MS stores the window's channels: a slice of the
+        selection's ascending channels that lists them as the window's rows hold them."""
+        if not self.reversed:
+            return self.band
+        start, stop = self.band.start, self.band.stop
+        return slice(stop - 1, start - 1 if start > 0 else None, -1)
+
+
+@dataclass(frozen=True, eq=False)
+class MsSelection:
+    """One field of an MS, in one spectral window or several side by side, as grids of rows.
+
+    windows: the :class:`Window` of each, in ascending frequency. ant1, ant2: (n_bl,) MS
+    antenna ids, in the order the baselines first appear in time order. time_mjd_s: (n_time,)
+    TIME of each integration (MJD seconds, UTC): the median of its rows', the grid's where it
+    has none. interval_s: INTERVAL, the grid's spacing. pol, field: the ids selected.
+    corr_types: (n_corr,) CASA codes. chan_freq_hz: (n_chan,) ascending, every window's.
+    chan_width_hz: > 0. n_autocorrelations: rows dropped for being autocorrelations.
+    n_rows_table: all rows. in_time_order: whether the selected rows were ordered by TIME.
+    time_tolerance: the largest offset of a TIME from its integration allowed, max_time_offset:
+    the largest found (both in INTERVALs). times: the integrations read of the n_time_grid.
+    """
+
+    windows: tuple[Window, ...]
     ant1: np.ndarray
     ant2: np.ndarray
     time_mjd_s: np.ndarray
     interval_s: float
-    ddid: int
-    spw: int
     pol: int
     field: int
     corr_types: np.ndarray
     chan_freq_hz: np.ndarray
     chan_width_hz: float
-    reversed: bool
     n_autocorrelations: int
     n_rows_table: int
     in_time_order: bool
     time_tolerance: float
     max_time_offset: float
-    channels: slice
-    n_chan_spw: int
     times: slice
     n_time_grid: int
 
     @property
     def n_time(self) -> int:
-        return self.row_index.shape[0]
+        return self.windows[0].row_index.shape[0]
 
     @property
     def n_bl(self) -> int:
-        return self.row_index.shape[1]
+        return self.windows[0].row_index.shape[1]
+
+    @property
+    def spws(self) -> tuple[int, ...]:
+        return tuple(w.spw for w in self.windows)
+
+    @property
+    def row_grid(self) -> np.ndarray:
+        """(n_windows * n_time, n_bl): every window's row_index, stacked along time."""
+        return np.concatenate([w.row_index for w in self.windows])
 
     @property
     def n_rows_filled(self) -> int:
-        """(integration, baseline) cells of the grid without a row in the MS."""
-        return int(np.count_nonzero(self.row_index < 0))
+        """(integration, baseline) cells of the windows' grids without a row in the MS."""
+        return sum(int(np.count_nonzero(w.row_index < 0)) for w in self.windows)
 
     @property
     def n_times_filled(self) -> int:
         """Integrations of the grid without any row in the MS."""
-        return int(np.count_nonzero(np.all(self.row_index < 0, axis=1)))
+        held = np.zeros(self.n_time, bool)
+        for w in self.windows:
+            held |= np.any(w.row_index >= 0, axis=1)
+        return int(np.count_nonzero(~held))
 
 
 def subtable(tables, path: Path, name: str):
     return tables.table(str(path / name), ack=False, readonly=True)
 
 
-def _choose(kind: str, option: str, used: np.ndarray, wanted: int | None) -> int:
-    """The one id of ``used`` to read, or ``wanted``; an MsError names the choices."""
+def cell_shapes(tables, path: Path, ddids) -> dict[int, tuple[int, int]]:
+    """(n_chan, n_corr) of the cells of the rows of each DATA_DESC_ID in ``ddids``."""
+    with subtable(tables, path, "DATA_DESCRIPTION") as dd:
+        spw_of, pol_of = dd.getcol("SPECTRAL_WINDOW_ID"), dd.getcol("POLARIZATION_ID")
+    with subtable(tables, path, "SPECTRAL_WINDOW") as sw:
+        n_chan = sw.getcol("NUM_CHAN")
+    with subtable(tables, path, "POLARIZATION") as pol:
+        n_corr = pol.getcol("NUM_CORR")
+    return {int(d): (int(n_chan[spw_of[d]]), int(n_corr[pol_of[d]])) for d in ddids}
+
+
+def _choose(kind: str, option: str, used: np.ndarray, wanted: int | None, more: str = "") -> int:
+    """The one id of ``used`` to read, or ``wanted``; an MsError names the choices (and
+    ``more`` ways to choose, when there are several)."""
     listed = ", ".join(str(int(u)) for u in used)
     if wanted is None:
         if used.size != 1:
-            raise MsError(f"the data hold {used.size} {kind}s ({listed}); choose one with {option}")
+            raise MsError(
+                f"the data hold {used.size} {kind}s ({listed}); choose one with {option}{more}"
+            )
         return int(used[0])
     if wanted not in used:
         raise MsError(f"{kind} {wanted} has no data rows ({kind}s with data: {listed})")
     return int(wanted)
 
 
-def _data_description(tables, path: Path, ms, spw: int | None):
-    """Row mask of the chosen spectral window, its DATA_DESC_ID, POLARIZATION_ID and id."""
+def _asked_windows(used: np.ndarray, spw) -> list[int]:
+    """The ids of the spectral windows ``spw`` asks for (None, an id, ids or 'all') among the
+    ``used`` ones (those with data rows)."""
+    if isinstance(spw, str):
+        if spw != "all":
+            raise MsError(f"--spw {spw}: give a window id, ids separated by commas, or all")
+        return [int(u) for u in used]
+    if spw is None or np.ndim(spw) == 0:
+        return [_choose("spectral window", "--spw", used, spw, SEVERAL_WINDOWS)]
+    ids = [_choose("spectral window", "--spw", used, int(s)) for s in spw]
+    if not ids or len(set(ids)) != len(ids):
+        raise MsError(f"--spw {','.join(map(str, ids))}: name each spectral window once")
+    return ids
+
+
+class _Asked(NamedTuple):
+    """A spectral window asked for: its rows (mask over the table), DATA_DESC_ID,
+    POLARIZATION_ID and id."""
+
+    rows: np.ndarray
+    ddid: int
+    pol: int
+    spw: int
+
+
+class _Channels(NamedTuple):
+    """The channels read of a window: ascending frequencies (n_chan,), width, whether the MS
+    stores them descending, the MS channels read and how many the window holds."""
+
+    freq: np.ndarray
+    width: float
+    reversed: bool
+    chosen: slice
+    n_chan_spw: int
+
+
+def _spectral_windows(tables, path: Path, ms, spw) -> list[_Asked]:
+    """The spectral windows asked for, in the order asked."""
     with subtable(tables, path, "DATA_DESCRIPTION") as dd:
         spw_of = dd.getcol("SPECTRAL_WINDOW_ID")
         pol_of = dd.getcol("POLARIZATION_ID")
     ddid_col = ms.getcol("DATA_DESC_ID") if len(spw_of) > 1 else np.zeros(ms.nrows(), int)
     used_ddids = np.unique(ddid_col)
-    chosen = _choose("spectral window", "--spw", np.unique(spw_of[used_ddids]), spw)
-    ddids = used_ddids[spw_of[used_ddids] == chosen]
-    if ddids.size > 1:
-        raise MsError(
-            f"spectral window {chosen} appears with {ddids.size} polarization setups "
-            f"(DATA_DESC_ID {', '.join(map(str, ddids))}); tabascal reads one"
+    windows = []
+    for chosen in _asked_windows(np.unique(spw_of[used_ddids]), spw):
+        ddids = used_ddids[spw_of[used_ddids] == chosen]
+        if ddids.size > 1:
+            raise MsError(
+                f"spectral window {chosen} appears with {ddids.size} polarization setups "
+                f"(DATA_DESC_ID {', '.join(map(str, ddids))}); tabascal reads one"
+            )
+        windows.append(_Asked(ddid_col == ddids[0], int(ddids[0]), int(pol_of[ddids[0]]), chosen))
+    return windows
+
+
+def _correlations(tables, path: Path, windows: list[_Asked]) -> tuple[int, np.ndarray]:
+    """The POLARIZATION_ID and CASA correlation codes of the windows, which must agree."""
+    with subtable(tables, path, "POLARIZATION") as pols:
+        types = [np.asarray(pols.getcell("CORR_TYPE", w.pol)) for w in windows]
+    if any(not np.array_equal(t, types[0]) for t in types[1:]):
+        held = "; ".join(
+            f"{w.spw}: {', '.join(correlation_names(t))}"
+            for w, t in zip(windows, types, strict=True)
         )
-    return ddid_col == ddids[0], int(ddids[0]), int(pol_of[ddids[0]]), chosen
+        raise MsError(
+            f"the spectral windows hold different correlations ({held}); windows are read side "
+            "by side only when they hold the same ones: choose one with --spw"
+        )
+    return windows[0].pol, types[0]
 
 
 def _field_mask(tables, path: Path, ms, in_spw: np.ndarray, field: int | None):
@@ -226,27 +338,31 @@ def _check_gaps(rows: np.ndarray, times: np.ndarray, slot: np.ndarray, int_time:
         )
 
 
-def _baseline_grid(rows: np.ndarray, slot: np.ndarray, keys: np.ndarray, n_ant: int, n_time: int):
-    """The (n_time, n_bl) table row of each (integration, baseline), -1 where the MS has none,
-    and the baselines' keys (ANTENNA1 * n_ant + ANTENNA2) in the order they first appear in
-    time order (so a regular MS keeps its first integration's order)."""
+def _baseline_grid(rows, slot, window, keys, n_ant: int, n_time: int, spws: list[int]):
+    """The (n_windows, n_time, n_bl) table row of each (window, integration, baseline), -1
+    where the MS has none, and the baselines' keys (ANTENNA1 * n_ant + ANTENNA2) in the order
+    they first appear in time order (so a regular MS keeps its first integration's order).
+    rows, slot, window, keys: (n_rows,) each row's table row, integration, index in ``spws``
+    and baseline key."""
     in_time_order = np.argsort(slot, kind="stable")
     found, first = np.unique(keys[in_time_order], return_index=True)
     rank = np.argsort(np.argsort(first, kind="stable"), kind="stable")
     n_bl = found.size
-    cell = slot * n_bl + rank[np.searchsorted(found, keys)]
+    cell = (window * n_time + slot) * n_bl + rank[np.searchsorted(found, keys)]
     by_cell = np.argsort(cell, kind="stable")
     twice = np.flatnonzero(np.diff(cell[by_cell]) == 0)
     if twice.size:
         r0, r1 = by_cell[twice[0]], by_cell[twice[0] + 1]
+        where = f" of spectral window {spws[window[r0]]}" if len(spws) > 1 else ""
         raise MsError(
             f"baseline {divmod(int(keys[r0]), n_ant)} appears twice in integration "
-            f"{slot[r0]} (rows {rows[r0]} and {rows[r1]}; {twice.size} such pairs); each "
-            "baseline may appear once per integration"
+            f"{slot[r0]}{where} (rows {rows[r0]} and {rows[r1]}; {twice.size} such pairs); "
+            "each baseline may appear once per integration"
         )
-    row_index = np.full(n_time * n_bl, -1, np.int64)
+    row_index = np.full(len(spws) * n_time * n_bl, -1, np.int64)
     row_index[cell] = rows
-    return row_index.reshape(n_time, n_bl), found[np.argsort(first, kind="stable")]
+    order = found[np.argsort(first, kind="stable")]
+    return row_index.reshape(len(spws), n_time, n_bl), order
 
 
 def index_range(wanted: slice | None, n: int, kind: str, option: str) -> slice:
@@ -273,9 +389,8 @@ def _slice_text(s: slice) -> str:
     return text if s.step is None else f"{text}:{s.step}"
 
 
-def _channels(tables, path: Path, spw: int, channels: slice | None):
-    """Ascending frequencies (n_chan,) and width of the selected channels of window ``spw``,
-    whether the MS stores them descending, the MS channels read and how many it holds."""
+def _channels(tables, path: Path, spw: int, channels: slice | None) -> _Channels:
+    """The selected channels of window ``spw``."""
     with subtable(tables, path, "SPECTRAL_WINDOW") as sw:
         freq = np.asarray(sw.getcell("CHAN_FREQ", spw), dtype=np.float64)
         width = np.abs(np.asarray(sw.getcell("CHAN_WIDTH", spw), dtype=np.float64))
@@ -298,24 +413,90 @@ def _channels(tables, path: Path, spw: int, channels: slice | None):
             f"channels of spectral window {spw} are not evenly spaced by their width "
             f"{width[0]:.6g} Hz (spacings {spacing.min():.6g} to {spacing.max():.6g} Hz)"
         )
-    return freq, float(width[0]), bool(reverse), chosen, n_chan_spw
+    return _Channels(freq, float(width[0]), bool(reverse), chosen, n_chan_spw)
+
+
+def _window_text(spw: int, freq: np.ndarray, width: float) -> str:
+    return (
+        f"{spw} ({freq.size} channels of {width / 1e3:.6g} kHz, {freq[0] / 1e6:.9g} to "
+        f"{freq[-1] / 1e6:.9g} MHz)"
+    )
+
+
+def _check_side_by_side(spws: list[int], parts: list[_Channels]) -> None:
+    """Refuse windows (ascending in frequency) that are not one band: equal channel widths,
+    each beginning one channel above where the one below ends."""
+    width = parts[0].width
+    problem = None
+    for k in range(1, len(spws)):
+        if abs(parts[k].width - width) > CHANNEL_RTOL * width:
+            problem = "their channels differ in width"
+            break
+        step = parts[k].freq[0] - parts[k - 1].freq[-1]
+        if abs(step - width) > CHANNEL_RTOL * width:
+            problem = (
+                f"the first channel of window {spws[k]} is {step / 1e3:+.9g} kHz from the last "
+                f"of window {spws[k - 1]}, not {width / 1e3:+.9g} kHz (one channel)"
+            )
+            break
+    if problem is None:
+        return
+    described = "; ".join(
+        _window_text(s, p.freq, p.width) for s, p in zip(spws, parts, strict=True)
+    )
+    raise MsError(
+        f"spectral windows {', '.join(map(str, spws))} cannot be read as one band: {problem}. "
+        f"The windows: {described}. Windows are read side by side only when their channels "
+        "are of equal width and each begins one channel above where the one below ends; "
+        "choose one with --spw"
+    )
+
+
+def _band(tables, path: Path, spws: list[int], channels: slice | None):
+    """The windows in ascending frequency (their indices in ``spws``), the band's ascending
+    frequencies (n_chan,) and width, and per window (in that order) its channels and the
+    band's channels they are. Several windows are read whole and joined side by side."""
+    if len(spws) == 1:
+        part = _channels(tables, path, spws[0], channels)
+        return [0], part.freq, part.width, [(part, slice(0, part.freq.size))]
+    parts = [_channels(tables, path, spw, None) for spw in spws]
+    order = sorted(range(len(spws)), key=lambda k: parts[k].freq[0])
+    parts = [parts[k] for k in order]
+    _check_side_by_side([spws[k] for k in order], parts)
+    n_band = sum(p.freq.size for p in parts)
+    if index_range(channels, n_band, "channel", "--channels") != slice(0, n_band):
+        raise MsError(
+            f"--channels {_slice_text(channels)}: several spectral windows are read whole; "
+            "choose the windows to read with --spw instead"
+        )
+    stops = np.cumsum([p.freq.size for p in parts])
+    bands = [
+        slice(int(stop - p.freq.size), int(stop)) for p, stop in zip(parts, stops, strict=True)
+    ]
+    freq = np.concatenate([p.freq for p in parts])
+    return order, freq, parts[0].width, list(zip(parts, bands, strict=True))
 
 
 def scan(
     tables,
     path: Path,
     ms,
-    spw: int | None = None,
+    spw=None,
     field: int | None = None,
     time_tolerance: float = TIME_TOLERANCE,
     channels: slice | None = None,
     times: slice | None = None,
 ):
-    """The :class:`MsSelection` of spectral window ``spw`` and field ``field`` (each may be
-    None when the data hold only one) of the open main table ``ms``; rows may lie up to
-    ``time_tolerance`` INTERVALs from their integration of the grid; ``channels`` and
-    ``times`` the ranges to read, None for all (see the module)."""
-    in_spw, ddid, pol, spw_id = _data_description(tables, path, ms, spw)
+    """The :class:`MsSelection` of spectral window(s) ``spw`` (an id, ids, 'all', or None
+    when the data hold only one) and field ``field`` (None when the data hold only one) of
+    the open main table ``ms``; rows may lie up to ``time_tolerance`` INTERVALs from their
+    integration of the grid; ``channels`` and ``times`` the ranges to read, None for all (see
+    the module)."""
+    asked = _spectral_windows(tables, path, ms, spw)
+    pol, corr_types = _correlations(tables, path, asked)
+    order, freq, width, channel_parts = _band(tables, path, [w.spw for w in asked], channels)
+    asked = [asked[k] for k in order]
+    in_spw = np.any([w.rows for w in asked], axis=0)
     in_field, field_id = _field_mask(tables, path, ms, in_spw, field)
     ant1, ant2 = ms.getcol("ANTENNA1"), ms.getcol("ANTENNA2")
     chosen = in_spw & in_field
@@ -323,6 +504,10 @@ def scan(
     rows = np.flatnonzero(chosen & ~auto)
     if rows.size == 0:
         raise MsError(f"{path} has no cross-correlation rows in the selection")
+    window = np.zeros(ms.nrows(), np.int64)
+    for k, w in enumerate(asked):
+        window[w.rows] = k
+    window = window[rows]
     ant1, ant2 = ant1[rows].astype(np.int64), ant2[rows].astype(np.int64)
     with subtable(tables, path, "ANTENNA") as ants:
         n_ant = ants.nrows()
@@ -330,41 +515,39 @@ def scan(
     row_time = ms.getcol("TIME")[rows]
     int_time = _interval(rows, ms.getcol("INTERVAL")[rows])
     slot, max_offset, time_mjd_s = _time_grid(rows, row_time, int_time, time_tolerance)
-    row_index, keys = _baseline_grid(rows, slot, ant1 * n_ant + ant2, n_ant, time_mjd_s.size)
     n_time_grid = time_mjd_s.size
+    spws = [w.spw for w in asked]
+    keys = ant1 * n_ant + ant2
+    row_index, keys = _baseline_grid(rows, slot, window, keys, n_ant, n_time_grid, spws)
     chosen_times = index_range(times, n_time_grid, "integration", "--times")
-    row_index, time_mjd_s = row_index[chosen_times], time_mjd_s[chosen_times]
-    in_times = np.any(row_index >= 0, axis=0)
+    row_index, time_mjd_s = row_index[:, chosen_times], time_mjd_s[chosen_times]
+    in_times = np.any(row_index >= 0, axis=(0, 1))
     if not in_times.any():
         raise MsError(
             f"integrations {chosen_times.start}:{chosen_times.stop} of the {n_time_grid} hold "
             "no rows (they are a gap in the observation); choose others with --times"
         )
-    row_index, keys = row_index[:, in_times], keys[in_times]
-    with subtable(tables, path, "POLARIZATION") as pols:
-        corr_types = np.asarray(pols.getcell("CORR_TYPE", pol))
-    freq, width, reverse, chosen_channels, n_chan_spw = _channels(tables, path, spw_id, channels)
+    row_index, keys = row_index[:, :, in_times], keys[in_times]
+    windows = tuple(
+        Window(w.spw, w.ddid, grid, part.chosen, part.n_chan_spw, part.reversed, band)
+        for w, grid, (part, band) in zip(asked, row_index, channel_parts, strict=True)
+    )
     return MsSelection(
-        row_index=row_index,
+        windows=windows,
         ant1=keys // n_ant,
         ant2=keys % n_ant,
         time_mjd_s=time_mjd_s,
         interval_s=int_time,
-        ddid=ddid,
-        spw=spw_id,
         pol=pol,
         field=field_id,
         corr_types=corr_types,
         chan_freq_hz=freq,
         chan_width_hz=width,
-        reversed=reverse,
         n_autocorrelations=int(auto.sum()),
         n_rows_table=ms.nrows(),
         in_time_order=bool(np.all(np.diff(row_time) >= 0)),
         time_tolerance=float(time_tolerance),
         max_time_offset=max_offset,
-        channels=chosen_channels,
-        n_chan_spw=n_chan_spw,
         times=chosen_times,
         n_time_grid=n_time_grid,
     )
