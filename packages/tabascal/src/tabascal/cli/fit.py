@@ -151,16 +151,16 @@ def _source(path, config: dict, *, allow_missing: bool = False):
     """The rows of the observation at ``path``: a zarr store is read block by block as the
     fit needs its rows; a Measurement Set is read whole (convert it with ``tabascal import-ms``
     for block reads). ``allow_missing``: a store's missing vis and flags chunks are read as
-    flagged cells, the store read whole (block reads refuse a store that lacks chunks)."""
+    flagged cells."""
     import dataclasses
 
     from tabascal.measurement_set import is_measurement_set
     from tabascal.parallel.blockwise import MemoryRows, StoreRows
-    from tabascal.store import read_meta, read_observation
+    from tabascal.store import read_meta
 
     if is_measurement_set(path):
         return MemoryRows(_read(path, config))
-    meta = read_observation(path, allow_missing=True) if allow_missing else read_meta(path)
+    meta = read_meta(path, allow_missing=allow_missing)
     satellites = config.get("satellites", {})
     if satellites.get("tle_file"):
         from tabascal.observation.tle import load_tle_orbits
@@ -172,7 +172,7 @@ def _source(path, config: dict, *, allow_missing: bool = False):
             gast0_rad=meta.gast0_rad,
         )
         meta = dataclasses.replace(meta, orbits=orbits)
-    return MemoryRows(meta) if allow_missing else StoreRows(path, meta)
+    return StoreRows(path, meta, allow_missing=allow_missing)
 
 
 def _start_processes(args) -> str | None:
@@ -255,8 +255,7 @@ def add_run(subparsers) -> None:
     parser.add_argument(
         "--allow-missing",
         action="store_true",
-        help="fit a store that lacks vis or flags chunks, their cells read as flagged (the "
-        "store is then read whole)",
+        help="fit a store that lacks vis or flags chunks, their cells read as flagged",
     )
     parser.add_argument(
         "--shard-axis",

@@ -2,17 +2,18 @@
 
 The output folder holds ``results.zarr`` (fitted sky and RFI visibilities, model, residual
 data - model and gains, in the data's baseline order), ``summary.json``, PNG plots, the resolved
-``config.yaml`` and ``checkpoints/``. Every file is written under a temporary name and renamed
-into place, so an interrupted run never leaves a half-written result under a final name.
+``config.yaml`` and ``checkpoints/``. Every output is written under a hidden temporary name and
+renamed into place, so a run killed at any moment never leaves a half-written output under a
+final name; ``summary.json`` is written last, so its presence says the run finished. One run at
+a time writes into a folder: it holds the folder's lock (``OutputLock``) from start to end.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
-import os
-import shutil
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
@@ -23,74 +24,41 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from tabascal import TabascalError
 from tabascal.config import ConfigError, dump_yaml, run_config
 from tabascal.fitting import optimiser, plots, results
+from tabascal.fitting.output_folder import (  # noqa: F401 (the errors and lock, re-exported)
+    CHECKPOINTS,
+    RESULTS,
+    SUMMARY,
+    NoCheckpointError,
+    OutputError,
+    OutputExistsError,
+    OutputInUseError,
+    OutputLock,
+    prepare_output,
+    replacing,
+    write_atomically,
+)
 from tabascal.model import joint, likelihood
 from tabascal.parallel import blockwise, processes, routes
 from tabascal.planning import memory
+from tabascal.store.writer import NO_SPACE, why_unwritable
 
 logger = logging.getLogger(__name__)
-
-RESULTS = "results.zarr"
-SUMMARY = "summary.json"
-CHECKPOINTS = "checkpoints"
-OUTPUT_NAMES = (RESULTS, SUMMARY, "config.yaml", "loss.png", "baselines.png", CHECKPOINTS)
-
-
-class OutputExistsError(TabascalError, FileExistsError):
-    """The output folder holds earlier results and neither resume nor overwrite was asked."""
-
-
-class NoCheckpointError(TabascalError, FileNotFoundError):
-    """--resume was asked, but the output folder holds no checkpoint to resume from."""
-
-
-def prepare_output(out_dir: Path, *, resume: bool, overwrite: bool) -> None:
-    """Create ``out_dir``, refusing a non-empty one unless resuming or overwriting."""
-    out_dir = Path(out_dir)
-    if resume and overwrite:
-        raise ConfigError("--resume and --overwrite contradict each other; choose one")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise OutputExistsError(f"{out_dir} exists and is not a folder")
-    if resume:
-        if not (out_dir / CHECKPOINTS / optimiser.CHECKPOINT_NAME).is_file():
-            raise NoCheckpointError(
-                f"--resume: {out_dir / CHECKPOINTS / optimiser.CHECKPOINT_NAME} does not exist; "
-                "run without --resume to start a new fit"
-            )
-        return
-    if out_dir.exists() and any(out_dir.iterdir()):
-        if not overwrite:
-            raise OutputExistsError(
-                f"{out_dir} is not empty; pass --overwrite to replace its results or --resume "
-                "to continue its fit"
-            )
-        for name in OUTPUT_NAMES:
-            path = out_dir / name
-            if path.is_dir():
-                shutil.rmtree(path)
-            elif path.exists():
-                path.unlink()
-    out_dir.mkdir(parents=True, exist_ok=True)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    partial_path = path.with_name(path.name + ".partial")
-    partial_path.write_text(text)
-    os.replace(partial_path, path)
 
 
 def _plot(out_dir: Path, history: optimiser.FitHistory, rows, model, data, meta) -> None:
     """Loss curve, and model against data on the baselines ``rows`` (first channel)."""
-    plots.plot_loss(history.loss, history.chi2, out_dir / "loss.png")
+    with replacing(out_dir / "loss.png") as partial_path:
+        plots.plot_loss(history.loss, history.chi2, partial_path)
     lengths = _baseline_lengths(meta)
     labels = [
         f"baseline {meta.a1[r]}-{meta.a2[r]} ({lengths[r]:.0f} m), {meta.freqs_hz[0] / 1e6:.2f} MHz"
         for r in rows
     ]
     model, data = model[:, 0], data[:, 0]
-    plots.plot_baselines(meta.times_s, data, model, data - model, labels, out_dir / "baselines.png")
+    with replacing(out_dir / "baselines.png") as partial_path:
+        plots.plot_baselines(meta.times_s, data, model, data - model, labels, partial_path)
 
 
 def _baseline_lengths(meta) -> np.ndarray:
@@ -121,7 +89,8 @@ def _whole_observation(source):
         return source.obs
     from tabascal.store import read_observation
 
-    return dataclasses.replace(read_observation(source.path), orbits=source.meta.orbits)
+    obs = read_observation(source.path, allow_missing=source.allow_missing)
+    return dataclasses.replace(obs, orbits=source.meta.orbits)
 
 
 def _place_like(state, template):
@@ -239,16 +208,26 @@ def run(
     by_block = _check_route(route, source, config["fit"]["init"])
     # Without jax's 64-bit mode every float64 array would silently become float32; the mode is
     # scoped to this call, so that the caller's precision is as it was afterwards.
-    with jax.enable_x64(config["precision"] == "double" or jax.config.jax_enable_x64):
+    x64 = jax.enable_x64(config["precision"] == "double" or jax.config.jax_enable_x64)
+    with x64, contextlib.ExitStack() as claimed:
         out_dir = Path(out_dir)
         with processes.stage("preparing the output folder"):
             if processes.is_writer():
-                prepare_output(out_dir, resume=resume, overwrite=overwrite)
-        placed = _placed_model(route, source, config, by_block)
-        if processes.is_writer():
-            _write_atomically(out_dir / "config.yaml", dump_yaml(config))
-        fitted = _optimise(route, placed, config, out_dir, resume, progress)
-        return _write_outputs(route, placed, fitted, source, config, out_dir, by_block)
+                claimed.enter_context(prepare_output(out_dir, resume=resume, overwrite=overwrite))
+        try:
+            placed = _placed_model(route, source, config, by_block)
+            if processes.is_writer():
+                write_atomically(out_dir / "config.yaml", dump_yaml(config))
+            fitted = _optimise(route, placed, config, out_dir, resume, progress)
+            return _write_outputs(route, placed, fitted, source, config, out_dir, by_block)
+        except OSError as err:
+            if err.errno not in NO_SPACE:
+                raise
+            raise OutputError(
+                f"{out_dir}: {why_unwritable(err)} while writing the run's outputs ({err}); "
+                "every output there is whole or absent, and --resume continues from the last "
+                "checkpoint: free some space and run again"
+            ) from err
 
 
 def _check_route(route: routes.Route, source, init: str) -> bool:
@@ -415,11 +394,14 @@ def _write_outputs(route, placed, fitted: _Fitted, source, config, out_dir, by_b
         "times_s": np.asarray(meta.times_s),
         "freqs_hz": np.asarray(meta.freqs_hz),
     }
+    if processes.is_writer():
+        # summary.json says the outputs beside it are its run's: it goes until they are written.
+        (out_dir / SUMMARY).unlink(missing_ok=True)
     results.write_results(out_dir / RESULTS, _keeping(out.cubes, plot_rows, kept), whole, meta.n_bl)
     if processes.is_writer():
         if config["output"]["plots"]:
             model_rows = np.stack([kept[int(r)][0] for r in plot_rows])
             data_rows = np.stack([kept[int(r)][1] for r in plot_rows])
             _plot(out_dir, fitted.history, plot_rows, model_rows, data_rows, meta)
-        _write_atomically(out_dir / SUMMARY, json.dumps(dict(summary), indent=2) + "\n")
+        write_atomically(out_dir / SUMMARY, json.dumps(dict(summary), indent=2) + "\n")
     return summary

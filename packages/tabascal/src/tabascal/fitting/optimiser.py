@@ -26,6 +26,7 @@ import optax
 
 from tabascal.config import option_field
 from tabascal.parallel import processes
+from tabascal.store.writer import kill_point
 
 logger = logging.getLogger(__name__)
 
@@ -193,7 +194,13 @@ def _host(leaf) -> np.ndarray:
 
 
 def save_checkpoint(directory: Path, state: FitState, history: FitHistory) -> Path:
-    """Write ``state`` and ``history`` to ``directory/checkpoint.npz`` atomically."""
+    """Write ``state`` and ``history`` to ``directory/checkpoint.npz`` atomically.
+
+    The file is written whole under a hidden temporary name, flushed to the disk and renamed
+    over the previous checkpoint, and the rename is flushed too: a process killed at any
+    moment (or a machine that loses power) leaves the previous checkpoint or this one, never
+    part of one.
+    """
     directory = Path(directory)
     # In a multi-process run every process takes part in gathering the leaves; process 0 writes.
     arrays = {f"leaf_{i}": _host(leaf) for i, leaf in enumerate(jax.tree_util.tree_leaves(state))}
@@ -204,12 +211,18 @@ def save_checkpoint(directory: Path, state: FitState, history: FitHistory) -> Pa
     arrays["leaf_names"] = np.array(_leaf_names(state))
     arrays["history_loss"] = history.loss
     arrays["history_chi2"] = history.chi2
-    partial = directory / (CHECKPOINT_NAME + ".partial")
+    partial = directory / f".{CHECKPOINT_NAME}.partial"
     with open(partial, "wb") as f:
         np.savez(f, **arrays)
         f.flush()
         os.fsync(f.fileno())
+    kill_point("checkpoint")
     os.replace(partial, final)
+    folder = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
     logger.info("checkpoint at step %d written to %s", int(state.step), final)
     return final
 

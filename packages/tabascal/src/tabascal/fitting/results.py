@@ -21,6 +21,7 @@ import numpy as np
 from tabascal.model import gains
 from tabascal.parallel import processes
 from tabascal.store.format import default_chunk_rows
+from tabascal.store.writer import kill_point
 
 #: The cubes of results.zarr, each (n_bl, n_freq, n_time) in the data's row order.
 CUBES = ("sky_vis", "rfi_vis", "model_vis", "residual", "flags")
@@ -68,16 +69,23 @@ def write_results(
     cube_blocks: (data rows, {name: (len(rows), n_freq, n_time)}) for the ``CUBES``; together
     the rows cover 0..n_bl-1 once. whole: the small arrays written as they are (gains (n_ant,
     n_freq, n_time), a1, a2, times_s, freqs_hz).
+
+    The group is built in ``.results.zarr.partial`` and renamed into place; the previous
+    results, moved aside to ``.results.zarr.old`` for the swap, are removed after it. Either
+    hidden name left by a killed run is cleared by the next one (the output folder's lock
+    keeps two runs from sharing them).
     """
     import zarr
 
     writer = processes.is_writer()
     path = Path(path)
     partial_path = path.with_name("." + path.name + ".partial")
+    old = path.with_name("." + path.name + ".old")
     group = None
     if writer:
-        if partial_path.exists():
-            shutil.rmtree(partial_path)
+        for leftover in (partial_path, old):
+            if leftover.exists():
+                shutil.rmtree(leftover)
         group = zarr.open_group(str(partial_path), mode="w")
     arrays = {}
     for rows, cubes in cube_blocks:
@@ -97,6 +105,7 @@ def write_results(
             elif rows.size:
                 order = np.argsort(rows)
                 arrays[name].oindex[rows[order]] = value[order]
+        kill_point("results-block")
     if not writer:
         return
     for name, value in whole.items():
@@ -106,9 +115,9 @@ def write_results(
     group.attrs["format_version"] = 1
     # A directory cannot be renamed over a non-empty one: move the old results aside first,
     # so that at every moment a complete results.zarr (old or new) is in place or being swapped.
-    old = path.with_name("." + path.name + ".old")
     if path.exists():
         os.replace(path, old)
+        kill_point("results-replace")
     os.replace(partial_path, path)
     shutil.rmtree(old, ignore_errors=True)
 

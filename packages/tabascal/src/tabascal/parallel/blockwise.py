@@ -93,16 +93,19 @@ class StoreRows:
     """Rows of a zarr observation store, read by contiguous runs (``store.read_observation``).
 
     meta: the store's ``ObservationMeta``, or a replacement (e.g. with TLE orbits).
+    allow_missing: read missing vis and flags chunks as flagged cells instead of refusing the
+    store.
     """
 
     path: object
     meta: object
+    allow_missing: bool = False
 
     def read(self, rows: np.ndarray) -> HostRows:
         from tabascal.store import read_observation
 
         def read_slice(run: slice) -> HostRows:
-            obs = read_observation(self.path, run, truth=False)
+            obs = read_observation(self.path, run, truth=False, allow_missing=self.allow_missing)
             n = run.stop - run.start
             return HostRows(obs.vis, obs.flags, likelihood.resolve_noise(obs.noise, n))
 
@@ -112,7 +115,7 @@ class StoreRows:
     def has_truth(self) -> bool:
         from tabascal.store import store_info
 
-        return store_info(self.path).has_truth
+        return store_info(self.path, allow_missing=self.allow_missing).has_truth
 
     def read_truth(self, rows: np.ndarray):
         """Raw data and truth of ``rows`` (``results.TruthRows``)."""
@@ -122,7 +125,7 @@ class StoreRows:
         gains = []
 
         def read_slice(run: slice) -> _TruthCubes:
-            obs = read_observation(self.path, run, truth=True)
+            obs = read_observation(self.path, run, truth=True, allow_missing=self.allow_missing)
             gains.append(obs.truth.gains)
             return _TruthCubes(obs.vis, obs.truth.sky_vis, obs.truth.rfi_vis)
 

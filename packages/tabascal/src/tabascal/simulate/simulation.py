@@ -5,13 +5,16 @@ RFI visibilities of every baseline into a scratch cube (in memory when it fits t
 a zarr store chunked along baselines and time, next to the output). Pass 2 walks blocks of
 baseline rows, applies gains, adds noise and flags, and streams them to the
 :class:`~tabascal.store.ObservationWriter`.
+
+Nothing appears under the output's name until the store is whole, and a process killed at any
+moment leaves only hidden siblings (the scratch and the partial store, named by host and
+process), which the next simulation into the same name removes.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +36,7 @@ from tabascal.simulate.averaging import (
 from tabascal.simulate.satellites import SimulationError
 from tabascal.simulate.scene import JY, STREAM_FLAGS, Scene, build_scene
 from tabascal.store import ObservationWriter, default_chunk_rows, row_blocks
+from tabascal.store.writer import NO_SPACE, clear_leftovers, make_temporary_folder, why_unwritable
 
 log = logging.getLogger(__name__)
 STREAM_VIS_NOISE = 6
@@ -212,14 +216,33 @@ def simulate(config: dict, output, *, overwrite: bool = False, progress: bool = 
     """Simulate the validated ``config`` into a new store at ``output``; a name ending in .ms
     writes a Measurement Set instead (the 'ms' extra; see tabascal.measurement_set.writer).
 
-    Returns (Scene, SimulationPlan). Refuses an existing ``output`` unless ``overwrite``.
+    Returns (Scene, SimulationPlan). Refuses an existing ``output`` unless ``overwrite``. A
+    folder that cannot be written is refused before any work, and a disk that fills up is a
+    SimulationError; either way nothing is left under ``output``'s name.
     """
     output = Path(output)
+    clear_leftovers(output)
     if output.exists() and not overwrite:
         raise FileExistsError(f"{output} already exists; pass overwrite to replace it")
     as_ms = output.suffix.lower() == ".ms"
     if as_ms:
         _require_ms_extra()
+    work = make_temporary_folder(output, "scratch")
+    try:
+        return _simulate_into(config, output, work, as_ms, overwrite, progress)
+    except OSError as err:
+        if err.errno not in NO_SPACE:
+            raise
+        raise SimulationError(
+            f"{output}: {why_unwritable(err)} in {output.parent} while simulating ({err}); "
+            f"nothing was stored under {output}: free some space and run again"
+        ) from err
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _simulate_into(config: dict, output: Path, work: Path, as_ms: bool, overwrite, progress):
+    """``simulate`` with its scratch folder ``work`` made."""
     scene = build_scene(config)
     sim = config["simulation"]
     sim_plan = plan(scene, sim["memory_mb"], sim["chunk_rows"])
@@ -233,33 +256,28 @@ def simulate(config: dict, output, *, overwrite: bool = False, progress: bool = 
         sim_plan.sky,
     )
     table = voltage_table(beam_x(m.dish_diameter_m, m.freqs_hz.max() + m.chan_width, 1.0))
-    output.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{output.name}.scratch-", dir=output.parent))
-    try:
-        scratch = _scratch(sim_plan, m, work / "scratch.zarr")
-        _pass_one(scene, sim_plan, scratch, table, progress)
-        store = work / "store.zarr" if as_ms else output
-        with ObservationWriter(
-            store,
-            m,
-            noise=None if np.ndim(scene.noise) else scene.noise,
-            truth=True,
-            overwrite=overwrite,
-            chunk_rows=sim_plan.chunk_rows,
-        ) as writer:
-            _pass_two(scene, sim_plan, scratch, writer, progress)
-            writer.write_truth(
-                gains=scene.gains,
-                rfi_amp=rfi_amplitudes(scene, table),
-                rfi_eirp_w_hz=scene.rfi.eirp(m.freqs_hz, m.times_s),
-                source_ra_rad=scene.sky.ra_rad,
-                source_dec_rad=scene.sky.dec_rad,
-                source_flux_jy=scene.sky.flux(m.freqs_hz),
-            )
-        if as_ms:
-            from tabascal.measurement_set import write_measurement_set
+    scratch = _scratch(sim_plan, m, work / "scratch.zarr")
+    _pass_one(scene, sim_plan, scratch, table, progress)
+    store = work / "store.zarr" if as_ms else output
+    with ObservationWriter(
+        store,
+        m,
+        noise=None if np.ndim(scene.noise) else scene.noise,
+        truth=True,
+        overwrite=overwrite,
+        chunk_rows=sim_plan.chunk_rows,
+    ) as writer:
+        _pass_two(scene, sim_plan, scratch, writer, progress)
+        writer.write_truth(
+            gains=scene.gains,
+            rfi_amp=rfi_amplitudes(scene, table),
+            rfi_eirp_w_hz=scene.rfi.eirp(m.freqs_hz, m.times_s),
+            source_ra_rad=scene.sky.ra_rad,
+            source_dec_rad=scene.sky.dec_rad,
+            source_flux_jy=scene.sky.flux(m.freqs_hz),
+        )
+    if as_ms:
+        from tabascal.measurement_set import write_measurement_set
 
-            write_measurement_set(store, output, overwrite=overwrite)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        write_measurement_set(store, output, overwrite=overwrite)
     return scene, sim_plan

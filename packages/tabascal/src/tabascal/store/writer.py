@@ -1,9 +1,21 @@
-"""Writing observation stores atomically, whole or block of baseline rows by block."""
+"""Writing observation stores atomically, whole or block of baseline rows by block.
+
+A store is built in a hidden sibling directory, ``.NAME.partial-HOST-PID-TOKEN``, and renamed
+to its name when complete, so that a process killed at any moment leaves either no store or a
+whole one under that name. The sibling names the host and process that made it: the next
+writer of the same name removes what a process no longer running left behind
+(:func:`clear_leftovers`) and leaves a live one's alone.
+"""
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
+import re
 import shutil
+import signal
+import socket
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -30,6 +42,27 @@ from tabascal.store.format import (
 
 log = logging.getLogger(__name__)
 
+#: Testing hook: ``TABASCAL_KILL_AT=POINT:N`` makes the process SIGKILL itself the N-th time it
+#: reaches ``POINT`` (see :func:`kill_point`), to check what an interruption there leaves.
+KILL_AT_ENV = "TABASCAL_KILL_AT"
+_kill_counts: dict[str, int] = {}
+
+#: The errors of a write that ran out of room: the disk is full or the quota is spent.
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+_UNWRITABLE = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+}
+#: What a writer keeps beside a store while it works: the store being built, the simulator's
+#: scratch, and a store moved aside to be replaced.
+LEFTOVER_KINDS = ("partial", "scratch", "replaced")
+_LEFTOVER = re.compile(
+    rf"(?P<kind>{'|'.join(LEFTOVER_KINDS)})-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]{{8}}"
+)
+
 # Options of every array. zarr leaves out a chunk equal to the fill value unless told to write
 # empty chunks: writing every one makes an absent chunk always mean a damaged store. crc32c, the
 # last byte codec, makes a changed chunk fail to decode instead of reading as other numbers
@@ -51,9 +84,12 @@ class ObservationWriter:
             for rows in row_blocks(meta.n_bl, writer.chunk_rows):
                 writer.write_rows(rows.start, vis=vis[rows], flags=flags[rows])
 
-    The store is built in a hidden sibling directory and renamed to ``path`` when the block
-    exits without an exception and every row (and the truth) was written; otherwise the
-    directory is removed. An existing ``path`` is an error unless ``overwrite``.
+    The store is built in a hidden sibling directory (:func:`temporary_sibling`) and renamed
+    to ``path`` when the block exits without an exception and every row (and the truth) was
+    written; otherwise the directory is removed. An existing ``path`` is an error unless
+    ``overwrite``; what killed writers of ``path`` left is cleared first
+    (:func:`clear_leftovers`). A folder that cannot be written, or a disk that fills up, is a
+    StoreError saying so (nothing is then left under ``path``).
     """
 
     def __init__(
@@ -76,14 +112,15 @@ class ObservationWriter:
         self._tmp: Path | None = None
 
     def __enter__(self) -> ObservationWriter:
+        clear_leftovers(self.path)
         if self.path.exists() and not self.overwrite:
             raise FileExistsError(f"{self.path} already exists; pass overwrite to replace it")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = self.path.parent / f".{self.path.name}.partial-{uuid.uuid4().hex[:12]}"
+        self._tmp = make_temporary_folder(self.path, "partial")
         try:
             self._group = self._create(zarr.open_group(self._tmp, mode="w-"))
-        except BaseException:
+        except BaseException as err:
             self._discard()
+            _raise_as_store_error(self.path, err)
             raise
         self._written = np.zeros(self.meta.n_bl, dtype=bool)
         self._truth_written = False
@@ -172,6 +209,7 @@ class ObservationWriter:
         if noise is not None:
             self._arrays["noise"][rows] = np.asarray(noise, dtype=np.float64)
         self._written[rows] = True
+        kill_point("store-rows")
 
     def write_truth(
         self, *, gains, rfi_amp, rfi_eirp_w_hz, source_ra_rad, source_dec_rad, source_flux_jy
@@ -197,6 +235,7 @@ class ObservationWriter:
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc_type is not None:
             self._discard()
+            _raise_as_store_error(self.path, exc)
             return False
         try:
             missing = np.flatnonzero(~self._written)
@@ -208,21 +247,34 @@ class ObservationWriter:
             if self.truth and not self._truth_written:
                 raise StoreError(f"{self.path}: write_truth was never called; nothing was stored")
             self._publish()
-        except BaseException:
+        except BaseException as err:
             self._discard()
+            _raise_as_store_error(self.path, err)
             raise
         return False
 
     def _publish(self):
+        """Rename the finished store to ``path``. Replacing takes two renames (a directory
+        cannot be renamed over a non-empty one): a kill between them leaves the old store in
+        a ``.replaced-`` sibling, which the next writer of ``path`` puts back."""
+        kill_point("store-publish")
         old = None
-        if self.path.exists():
-            old = self.path.parent / f".{self.path.name}.replaced-{uuid.uuid4().hex[:12]}"
+        if self.overwrite and self.path.exists():
+            old = temporary_sibling(self.path, "replaced")
             self.path.rename(old)
+            kill_point("store-replace")
         try:
+            # Without overwrite this is also the check that no other writer got there first:
+            # a directory is not renamed over a non-empty one.
             self._tmp.rename(self.path)
-        except BaseException:
+        except OSError as err:
             if old is not None:
                 old.rename(self.path)
+            if err.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
+                raise FileExistsError(
+                    f"{self.path} appeared while this store was being written (another write "
+                    "to the same name?); nothing was stored"
+                ) from err
             raise
         self._tmp = None
         if old is not None:
@@ -233,6 +285,134 @@ class ObservationWriter:
         if self._tmp is not None and self._tmp.exists():
             shutil.rmtree(self._tmp)
         self._tmp = None
+
+
+def kill_point(point: str) -> None:
+    """Testing hook: SIGKILL this process the N-th time it reaches ``point`` when
+    ``$TABASCAL_KILL_AT`` is ``POINT:N`` (N = 1 without ``:N``); nothing otherwise.
+
+    Points: ``store-rows`` (a block of rows written), ``store-publish`` (a store complete,
+    not yet renamed into place), ``store-replace`` (an overwritten store moved aside, the new
+    one not yet in place); the fit's are in ``tabascal.fitting``: ``checkpoint``,
+    ``results-block``, ``results-replace`` and ``output-file``.
+    """
+    wanted = os.environ.get(KILL_AT_ENV)
+    if not wanted:
+        return
+    name, _, count = wanted.partition(":")
+    if name != point:
+        return
+    _kill_counts[point] = _kill_counts.get(point, 0) + 1
+    if _kill_counts[point] >= int(count or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def why_unwritable(err: BaseException) -> str | None:
+    """In words, why a write failed with ``err`` when the user can do something about it (a
+    full disk or quota, a read-only or forbidden folder); None for any other error."""
+    return _UNWRITABLE.get(err.errno) if isinstance(err, OSError) else None
+
+
+def _raise_as_store_error(path: Path, err: BaseException) -> None:
+    """Raise ``err`` as a StoreError that names the folder and the reason, when
+    ``why_unwritable`` has one; return otherwise (the caller re-raises ``err``)."""
+    reason = why_unwritable(err)
+    if reason is None:
+        return
+    if err.errno in NO_SPACE:
+        raise StoreError(
+            f"{path}: {reason} in {path.parent} while writing the store ({err}); the partial "
+            f"store was removed and {path} is as it was: free some space and run again"
+        ) from err
+    raise StoreError(
+        f"cannot write the store {path} into {path.parent}: {reason} ({err}); choose an "
+        "output in a folder you can write to"
+    ) from err
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "unknown"
+
+
+def temporary_sibling(path, kind: str) -> Path:
+    """A new hidden name beside ``path`` for this process's temporary ``kind`` (one of
+    ``LEFTOVER_KINDS``): ``.NAME.KIND-HOST-PID-TOKEN``, naming the process that owns it."""
+    path = Path(path)
+    token = uuid.uuid4().hex[:8]
+    return path.parent / f".{path.name}.{kind}-{_host()}-{os.getpid()}-{token}"
+
+
+def make_temporary_folder(path, kind: str) -> Path:
+    """Create and return a ``temporary_sibling`` folder of ``path`` (and ``path``'s parent);
+    a folder that cannot be written is a StoreError naming it, before any work."""
+    path = Path(path)
+    folder = temporary_sibling(path, kind)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir()
+    except OSError as err:
+        _raise_as_store_error(path, err)
+        raise
+    return folder
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def clear_leftovers(path) -> None:
+    """Clear what writers of ``path`` that were killed left beside it, each with a warning.
+
+    A ``.partial-`` or ``.scratch-`` sibling of a process no longer running on this host is
+    removed; a ``.replaced-`` one (a store moved aside by an overwrite) is renamed back to
+    ``path`` when ``path`` is absent, else removed. Leftovers of live processes are left
+    alone, and so are another host's: a process there cannot be checked from here.
+    """
+    path = Path(path)
+    if not path.parent.is_dir():
+        return
+    prefix = f".{path.name}."
+    for entry in sorted(path.parent.iterdir()):
+        match = entry.name.startswith(prefix) and _LEFTOVER.fullmatch(entry.name[len(prefix) :])
+        if not match:
+            continue
+        pid, host = int(match["pid"]), match["host"]
+        if host != _host():
+            log.warning(
+                "%s was left by process %d on host %s, which cannot be checked from here; "
+                "remove it once no write of %s is running there",
+                entry,
+                pid,
+                host,
+                path,
+            )
+            continue
+        if _alive(pid):
+            continue
+        if match["kind"] == "replaced" and not path.exists():
+            entry.rename(path)
+            log.warning(
+                "%s: put back the store that an interrupted overwrite (process %d, no longer "
+                "running) had moved aside to %s",
+                path,
+                pid,
+                entry.name,
+            )
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        log.warning(
+            "%s %s, left by an interrupted write of %s (process %d, no longer running)",
+            "could not remove" if entry.exists() else "removed",
+            entry,
+            path,
+            pid,
+        )
 
 
 def _tle_attrs(meta: ObservationMeta) -> dict:
