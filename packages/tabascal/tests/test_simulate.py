@@ -244,7 +244,7 @@ def test_bench_presets_plan_their_sizes_and_stream(preset, n_ant, n_freq, n_time
 @pytest.mark.parametrize(
     ("preset", "overrides", "message"),
     [
-        ("dmo", None, r"unknown preset 'dmo'; choose one of demo, bench-96, bench-512"),
+        ("dmo", None, r"unknown preset 'dmo'; choose one of demo, bench-96, bench-512, bench-2048"),
         ("demo", {"sky": {"flux_max_jy": 0.5}}, r"'sky.flux_max_jy' must be at least"),
         ("demo", {"array": {"layout": "file"}}, r"'array.file' must name a layout file"),
         ("demo", {"satellites": {"kinds": ["glonas"]}}, r"did you mean 'glonass'\?"),

@@ -231,6 +231,15 @@ PRESETS: dict[str, dict] = {
         "sky": {"n_sources": 50},
         "satellites": {"count": 32, "kinds": ["gps", "galileo", "glonass", "beidou"]},
     },
+    # bench-512's observation on 2048 stations (2096128 baselines): for planning and the
+    # memory benchmark from abstract shapes, not for simulating on one machine.
+    "bench-2048": {
+        "seed": 2048,
+        "array": {"n_stations": 2048},
+        "observation": {"n_time": 150, "int_time_s": 4.0, "n_freq": 8, "chan_width_hz": 10e3},
+        "sky": {"n_sources": 50},
+        "satellites": {"count": 32, "kinds": ["gps", "galileo", "glonass", "beidou"]},
+    },
 }
 
 
