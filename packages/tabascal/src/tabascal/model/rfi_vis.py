@@ -300,6 +300,28 @@ def snr_from_data(vis: np.ndarray, flags: np.ndarray, noise) -> float:
     return float(peak / np.min(noise))
 
 
+def _grid(tables: GroupTables, freq_mhz) -> tuple:
+    """The operators' arguments after the delays: interpolation tables, fine offsets, centres."""
+    return (
+        tables.w_freq,
+        tables.start_freq,
+        tables.w_time,
+        tables.start_time,
+        tables.dnu_mhz,
+        tables.dt,
+        freq_mhz,
+    )
+
+
+def _analytic_options(config: RfiVisConfig) -> dict:
+    return {
+        "segments": config.segments,
+        "terms": config.terms,
+        "cubic_terms": config.cubic_terms,
+        "memory_budget_bytes": config.memory_budget_bytes,
+    }
+
+
 def evaluate_group(
     spec: GroupSpec,
     tables: GroupTables,
@@ -314,38 +336,13 @@ def evaluate_group(
     amp: (n_ant, n_src, n_freq, n_time) complex; phase: same shape, real (rad);
     delay_us: (n_ant, n_src, n_time, n_path); freq_mhz: (n_freq,).
     """
+    signal = (tables.indices, amp, phase, delay_us, *_grid(tables, freq_mhz))
     if spec.operator == "quadrature":
         return ri_kernels.quadrature_eval_with_indices(
-            tables.indices,
-            amp,
-            phase,
-            delay_us,
-            tables.w_freq,
-            tables.start_freq,
-            tables.w_time,
-            tables.start_time,
-            tables.dnu_mhz,
-            tables.dt,
-            freq_mhz,
-            memory_budget_bytes=config.memory_budget_bytes,
+            *signal, memory_budget_bytes=config.memory_budget_bytes
         )
     return ri_kernels.analytic_eval_with_indices(
-        tables.indices,
-        amp,
-        phase,
-        delay_us,
-        tables.w_freq,
-        tables.start_freq,
-        tables.w_time,
-        tables.start_time,
-        tables.dnu_mhz,
-        tables.dt,
-        freq_mhz,
-        segments=config.segments,
-        terms=config.terms,
-        cubic_terms=config.cubic_terms,
-        memory_budget_bytes=config.memory_budget_bytes,
-        moments=tables.moments,
+        *signal, **_analytic_options(config), moments=tables.moments
     )
 
 
@@ -392,20 +389,7 @@ def phase_cache_report(sizes_bytes, specs, keep, config: RfiVisConfig) -> dict:
 def group_moments(spec: GroupSpec, tables: GroupTables, phase, delay_us, freq_mhz, config):
     """The phase moments of an analytic group's rows (``ri_kernels``), formed once."""
     return ri_kernels.analytic_moments_with_indices(
-        tables.indices,
-        phase,
-        delay_us,
-        tables.w_freq,
-        tables.start_freq,
-        tables.w_time,
-        tables.start_time,
-        tables.dnu_mhz,
-        tables.dt,
-        freq_mhz,
-        segments=config.segments,
-        terms=config.terms,
-        cubic_terms=config.cubic_terms,
-        memory_budget_bytes=config.memory_budget_bytes,
+        tables.indices, phase, delay_us, *_grid(tables, freq_mhz), **_analytic_options(config)
     )
 
 
