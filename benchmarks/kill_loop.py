@@ -11,7 +11,12 @@ uninterrupted run's outputs and leave no temporary file and no lock behind.
 Every other iteration writes over the previous iteration's complete outputs (``--overwrite``),
 so that kills also land while an old output is being replaced.
 
-    python benchmarks/kill_loop.py --kills 20 --commands simulate run import-ms
+export-ms writes into a Measurement Set of its own (a copy of one simulated beside the store):
+after each kill every column the MS had is byte for byte as before, and each TAB_* column is
+absent or equal to an uninterrupted export's; the rerun (``--overwrite-columns`` where TAB_*
+columns are there) must give the uninterrupted export's columns and leave no temporary column.
+
+    python benchmarks/kill_loop.py --kills 20 --commands simulate run import-ms export-ms
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common
 
-COMMANDS = ("simulate", "run", "import-ms")
+COMMANDS = ("simulate", "run", "import-ms", "export-ms")
 FIT = "fit:\n  steps: 600\n  checkpoint_every: 20\n"
 RUN_OUTPUTS = ("baselines.png", "checkpoints", "config.yaml", "loss.png", "results.zarr",
                "summary.json")  # fmt: skip
@@ -253,6 +258,87 @@ class RunCommand:
         return state, problems
 
 
+def _ms_columns(path: Path) -> dict:
+    """Every column of the Measurement Set's main table, as numpy; a column whose cells hold
+    no array (FLAG_CATEGORY, often) as the string "undefined"."""
+    import numpy as np
+    from casacore.tables import table
+
+    def read(t, name):
+        try:
+            return t.getcol(name)
+        except RuntimeError:
+            return np.array("undefined")
+
+    with table(str(path), ack=False) as t:
+        return {name: read(t, name) for name in t.colnames()}
+
+
+class ExportCommand:
+    """``tabascal export-ms`` into a Measurement Set, and what to check of it."""
+
+    name = "export-ms"
+
+    def __init__(self, runner: Runner, args, ms: Path, pristine: Path):
+        self.runner, self.args, self.ms, self.pristine = runner, list(args), ms, pristine
+        self.recoveries = {"the same command": 0, "--overwrite-columns": 0}
+        self.original = _ms_columns(pristine)
+
+    def prepare(self, i: int) -> list:
+        """Odd iterations export again over the columns the last one wrote."""
+        if i % 2 == 0:
+            shutil.rmtree(self.ms, ignore_errors=True)
+            shutil.copytree(self.pristine, self.ms)
+            return self.args
+        return [*self.args, "--overwrite-columns"]
+
+    def reference(self) -> float:
+        self.prepare(0)
+        code, err, seconds = self.runner.run(self.args)
+        if code != 0:
+            raise RuntimeError(f"export-ms: the uninterrupted export failed: {err[-2000:]}")
+        columns = _ms_columns(self.ms)
+        self.written = {n: v for n, v in columns.items() if n not in self.original}
+        return seconds
+
+    def _state(self) -> tuple[str, list[str]]:
+        """'absent' (no new column), 'whole' (all of them), 'some' (each whole), and what is
+        wrong: a column the MS had changed, or a new one unlike the uninterrupted export's."""
+        import numpy as np
+
+        columns = _ms_columns(self.ms)
+        problems = [
+            f"{name} changed"
+            for name, value in self.original.items()
+            if name not in columns or not np.array_equal(columns[name], value)
+        ]
+        final = [n for n in columns if n in self.written]
+        problems += [
+            f"{n} differs" for n in final if not np.array_equal(columns[n], self.written[n])
+        ]
+        state = "absent" if not final else "whole" if len(final) == len(self.written) else "some"
+        return state, problems
+
+    def check(self, killed: list) -> tuple[str, list[str]]:
+        state, problems = self._state()
+        if problems:
+            return "damaged", [f"after the kill: {p}" for p in problems]
+        overwrite = state != "absent"
+        self.recoveries["--overwrite-columns" if overwrite else "the same command"] += 1
+        again = [*self.args, "--overwrite-columns"] if overwrite else self.args
+        code, err, _ = self.runner.run(again)
+        if code != 0:
+            problems.append(f"rerun exited {code}: {err[-500:]}")
+        after, wrong = self._state()
+        problems += [f"after the rerun: {p}" for p in wrong]
+        if after != "whole":
+            problems.append(f"after the rerun: {after}")
+        left = [n for n in _ms_columns(self.ms) if n.startswith(("TABTMP_", "TABOLD_"))]
+        if left:
+            problems.append(f"temporary columns left: {left}")
+        return state, problems
+
+
 def _commands(names, runner: Runner, preset: str) -> list:
     work = runner.work
     store = work / "obs.zarr"
@@ -276,22 +362,39 @@ def _commands(names, runner: Runner, preset: str) -> list:
             raise RuntimeError(f"simulating the Measurement Set failed: {err[-2000:]}")
         path = work / "imported.zarr"
         commands.append(StoreCommand("import-ms", runner, ["import-ms", ms, "-o", path], path))
+    if "export-ms" in names:
+        pristine, ms = work / "export-pristine.ms", work / "export.ms"
+        store_ms = work / "export-obs.zarr"
+        steps = ["simulate", "--preset", preset, "--seed", 1, "-o", pristine, "-q"]
+        for args in (steps, ["import-ms", pristine, "-o", store_ms]):
+            code, err, _ = runner.run(args)
+            if code != 0:
+                raise RuntimeError(f"{args[0]} for export-ms failed: {err[-2000:]}")
+        (work / "export-fit.yaml").write_text("fit:\n  steps: 20\noutput:\n  plots: false\n")
+        fit = ["run", "-c", work / "export-fit.yaml", "--data", store_ms, "-o", work / "efit", "-q"]
+        code, err, _ = runner.run(fit)
+        if code != 0:
+            raise RuntimeError(f"the fit for export-ms failed: {err[-2000:]}")
+        args = ["export-ms", work / "efit" / "results.zarr", "--ms", ms, "--data", store_ms]
+        commands.append(ExportCommand(runner, args, ms, pristine))
     return commands
 
 
 def _table(records) -> list[str]:
     lines = [
-        f"{'command':<10} {'kills':>5} {'ran on':>7} {'absent':>7} {'whole':>6} {'damaged':>8}"
+        f"{'command':<10} {'kills':>5} {'ran on':>7} {'absent':>7} {'whole':>6} {'some':>5}"
+        f" {'damaged':>8}"
         f" {'failures':>8}  {'uninterrupted':>13}"
     ]
     for r in records:
         o = r["outcomes"]
         lines.append(
             f"{r['command']:<10} {r['kills']:>5} {r['finished_first']:>7} {o['absent']:>7} "
-            f"{o['whole']:>6} {o['damaged']:>8} {len(r['failures']):>8}"
+            f"{o['whole']:>6} {o.get('some', 0):>5} {o['damaged']:>8} {len(r['failures']):>8}"
             f"  {r['uninterrupted_s']:>11.1f} s"
         )
     lines.append("ran on: runs that finished before their kill came (counted as whole)")
+    lines.append("some: export-ms killed between columns, each column there whole")
     for r in records:
         done = ", ".join(f"{how} {n}" for how, n in r["recoveries"].items())
         lines.append(f"{r['command']} run again with: {done}")
@@ -308,7 +411,7 @@ def main(argv=None) -> list[dict]:
         for command in _commands(options.commands, runner, options.preset):
             command.reference()  # fills the compilation cache
             seconds = command.reference()
-            outcomes = {"absent": 0, "whole": 0, "damaged": 0}
+            outcomes = {"absent": 0, "whole": 0, "some": 0, "damaged": 0}
             failures, delays, finished_first = [], [], 0
             for i in range(options.kills):
                 args = command.prepare(i)
