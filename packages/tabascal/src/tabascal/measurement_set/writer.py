@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import uuid
 from datetime import datetime
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from tabascal.measurement_set.correlations import STOKES_CODES
 from tabascal.measurement_set.reader import METADATA_KEYWORD, ORBITS_KEYWORD
 from tabascal.observation.tle import TleOrbits
 from tabascal.store import read_meta, read_observation, row_blocks, store_info
+from tabascal.store.writer import clear_leftovers, publish_folder, temporary_sibling
 
 MEAS_FREQ_TOPO = 5  # casacore MFrequency::TOPO
 
@@ -176,7 +176,8 @@ def write_measurement_set(store, path, *, overwrite: bool = False) -> None:
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} already exists; pass overwrite to replace it")
     meta, info = read_meta(store), store_info(store)
-    tmp = path.parent / f".{path.name}.partial-{uuid.uuid4().hex[:12]}"
+    clear_leftovers(path)  # what a killed write of this MS left beside it
+    tmp = temporary_sibling(path, "partial")
     data_desc = tables.makearrcoldesc(
         "DATA",
         0j,
@@ -201,17 +202,7 @@ def write_measurement_set(store, path, *, overwrite: bool = False) -> None:
             if record is not None:
                 ms.putkeyword(ORBITS_KEYWORD, record)
             ms.putkeyword(METADATA_KEYWORD, json.dumps(meta.metadata))
-        _publish(tmp, path)
+        publish_folder(tmp, path, overwrite=overwrite)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-
-
-def _publish(tmp: Path, path: Path) -> None:
-    old = None
-    if path.exists():
-        old = path.parent / f".{path.name}.replaced-{uuid.uuid4().hex[:12]}"
-        path.rename(old)
-    tmp.rename(path)
-    if old is not None:
-        shutil.rmtree(old)

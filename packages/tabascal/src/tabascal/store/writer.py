@@ -254,37 +254,42 @@ class ObservationWriter:
         return False
 
     def _publish(self):
-        """Rename the finished store to ``path``. Replacing takes two renames (a directory
-        cannot be renamed over a non-empty one): a kill between them leaves the old store in
-        a ``.replaced-`` sibling, which the next writer of ``path`` puts back."""
-        kill_point("store-publish")
-        old = None
-        if self.overwrite and self.path.exists():
-            old = temporary_sibling(self.path, "replaced")
-            self.path.rename(old)
-            kill_point("store-replace")
-        try:
-            # Without overwrite this is also the check that no other writer got there first:
-            # a directory is not renamed over a non-empty one.
-            self._tmp.rename(self.path)
-        except OSError as err:
-            if old is not None:
-                old.rename(self.path)
-            if err.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
-                raise FileExistsError(
-                    f"{self.path} appeared while this store was being written (another write "
-                    "to the same name?); nothing was stored"
-                ) from err
-            raise
+        publish_folder(self._tmp, self.path, overwrite=self.overwrite)
         self._tmp = None
-        if old is not None:
-            shutil.rmtree(old)
         log.info("wrote %s", self.path)
 
     def _discard(self):
         if self._tmp is not None and self._tmp.exists():
             shutil.rmtree(self._tmp)
         self._tmp = None
+
+
+def publish_folder(tmp: Path, path: Path, *, overwrite: bool) -> None:
+    """Rename the finished folder ``tmp`` (a ``temporary_sibling``) to ``path``. Replacing
+    takes two renames (a directory cannot be renamed over a non-empty one): a kill between
+    them leaves the old folder in a ``.replaced-`` sibling, which ``clear_leftovers`` puts
+    back. Without ``overwrite`` a ``path`` that appeared meanwhile is never replaced."""
+    kill_point("store-publish")
+    old = None
+    if overwrite and path.exists():
+        old = temporary_sibling(path, "replaced")
+        path.rename(old)
+        kill_point("store-replace")
+    try:
+        # Without overwrite this is also the check that no other writer got there first: a
+        # directory is not renamed over a non-empty one.
+        tmp.rename(path)
+    except OSError as err:
+        if old is not None:
+            old.rename(path)
+        if err.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
+            raise FileExistsError(
+                f"{path} appeared while this store was being written (another write to the same "
+                "name?); nothing was stored"
+            ) from err
+        raise
+    if old is not None:
+        shutil.rmtree(old)
 
 
 def kill_point(point: str) -> None:
