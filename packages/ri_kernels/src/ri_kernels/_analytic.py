@@ -23,9 +23,7 @@ from ri_kernels import _validate
 from ri_kernels._blocks import (
     DEFAULT_MEMORY_BUDGET_BYTES,
     block_size,
-    cell_coordinates,
     map_blocks,
-    padded_blocks,
 )
 from ri_kernels._phase_moments import (
     MAX_CUBIC_TERMS,
@@ -164,21 +162,26 @@ def _bytes_per_pair_cell(amp, n_int_f, n_mom, segments, terms, cubic_terms):
 
 def _block_plan(n_bl, n_freq, n_time, per_pair_cell, budget):
     """Blocks of (baseline rows, cells): all baselines and as many cells as the budget allows,
-    or one cell and a share of the baselines. Returns the (n_blocks, ...) row and cell
-    coordinates and the :class:`_BlockGrid`."""
+    or one cell and a share of the baselines. Returns the (n_blocks,) block ids, made in the
+    program (``jnp.arange``), and the :class:`_BlockGrid`; ``_block_coordinates`` turns an id
+    into its rows and cells there too, so that no per-block table of rows, which grows with the
+    baselines, is captured into the compiled program as a constant (bench-512: 415 MB)."""
     n_cells = n_freq * n_time
     cells_per_block, n_cell_blocks = block_size(n_cells, n_bl * per_pair_cell, budget)
     rows_per_block, n_row_blocks = block_size(n_bl, cells_per_block * per_pair_cell, budget)
-    rows = padded_blocks(n_bl, rows_per_block, n_row_blocks)
-    cell_f, cell_t = cell_coordinates(
-        padded_blocks(n_cells, cells_per_block, n_cell_blocks), n_time
-    )
-    coordinates = (
-        np.repeat(rows, n_cell_blocks, axis=0),
-        np.tile(cell_f, (n_row_blocks, 1)),
-        np.tile(cell_t, (n_row_blocks, 1)),
-    )
-    return coordinates, _BlockGrid(n_row_blocks, n_cell_blocks, rows_per_block, cells_per_block)
+    grid = _BlockGrid(n_row_blocks, n_cell_blocks, rows_per_block, cells_per_block)
+    return jnp.arange(n_row_blocks * n_cell_blocks, dtype=jnp.int32), grid
+
+
+def _block_coordinates(grid: _BlockGrid, block, n_bl: int, n_freq: int, n_time: int):
+    """The rows (B,) and the cells' channels and times (C,) of block ``block`` (traced):
+    row block ``block // n_cell_blocks``, cell block ``block % n_cell_blocks``, the tail of the
+    last of each repeating its last item (``padded_blocks``); cells ``c = f * n_time + t``."""
+    rows = (block // grid.n_cell_blocks) * grid.rows_per_block + jnp.arange(grid.rows_per_block)
+    cells = (block % grid.n_cell_blocks) * grid.cells_per_block + jnp.arange(grid.cells_per_block)
+    rows = jnp.minimum(rows, n_bl - 1).astype(jnp.int32)
+    cells = jnp.minimum(cells, n_freq * n_time - 1).astype(jnp.int32)
+    return rows, cells // n_time, cells % n_time
 
 
 def _moments_of_block(signal, tables, int_time, p, q, cell_f, cell_t, n_mom, options):
@@ -226,8 +229,8 @@ def _analytic(
     n_int_f, n_coef = tables.w_freq.shape[2], tables.g_time.shape[2]
     n_mom = 2 * n_coef - 1
 
-    def block(coordinates):
-        rows, cell_f, cell_t = coordinates
+    def block(block_id):
+        rows, cell_f, cell_t = _block_coordinates(grid, block_id, n_bl, n_freq, n_time)
         p, q = indices.a1[rows], indices.a2[rows]
         if moments is None:
             w = _moments_of_block(signal, tables, int_time, p, q, cell_f, cell_t, n_mom, options)
@@ -245,14 +248,14 @@ def _analytic(
         per_pair_cell = _bytes_per_pair_cell(amp, n_int_f, n_mom, **options)
     else:  # only the given moments' gather and the sum: no moment is formed
         per_pair_cell = _bytes_per_pair_cell(amp, n_int_f, n_mom, 0, 0, 0)
-    coordinates, grid = _block_plan(n_bl, n_freq, n_time, per_pair_cell, memory_budget_bytes)
+    block_ids, grid = _block_plan(n_bl, n_freq, n_time, per_pair_cell, memory_budget_bytes)
     # Keep the moments for reverse mode when all of them fit in the budget: they do not
     # depend on amp, and recomputing them is most of a value-and-gradient's cost.
     saved_bytes = n_bl * n_freq * n_time * n_rfi * n_int_f * n_mom * amp.dtype.itemsize
     policy = None
     if moments is None and saved_bytes <= memory_budget_bytes:
         policy = jax.checkpoint_policies.save_only_these_names(_MOMENTS)
-    ys = map_blocks(block, coordinates, policy).reshape(grid)
+    ys = map_blocks(block, block_ids, policy).reshape(grid)
     vis = ys.transpose(0, 2, 1, 3).reshape(
         grid.n_row_blocks * grid.rows_per_block, grid.n_cell_blocks * grid.cells_per_block
     )

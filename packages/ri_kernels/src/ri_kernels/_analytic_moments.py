@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ri_kernels._analytic import (
+    _block_coordinates,
     _block_plan,
     _bytes_per_pair_cell,
     _checked,
@@ -49,15 +50,15 @@ def _moments(
         return jnp.zeros((n_mom, 0, n_freq, n_time, n_rfi, n_int_f), complex_dtype)
     signal = _signal(None, phase, delay_us)
 
-    def block(coordinates):
-        rows, cell_f, cell_t = coordinates
+    def block(block_id):
+        rows, cell_f, cell_t = _block_coordinates(grid, block_id, n_bl, n_freq, n_time)
         p, q = indices.a1[rows], indices.a2[rows]
         return _moments_of_block(signal, tables, int_time, p, q, cell_f, cell_t, n_mom, options)
 
     like = jax.ShapeDtypeStruct((n_ant, n_rfi), complex_dtype)
     per_pair_cell = _bytes_per_pair_cell(like, n_int_f, n_mom, **options)
-    coordinates, grid = _block_plan(n_bl, n_freq, n_time, per_pair_cell, memory_budget_bytes)
-    ys = map_blocks(block, coordinates)  # (n_blocks, n_mom, B, C, n_rfi, n_int_f)
+    block_ids, grid = _block_plan(n_bl, n_freq, n_time, per_pair_cell, memory_budget_bytes)
+    ys = map_blocks(block, block_ids)  # (n_blocks, n_mom, B, C, n_rfi, n_int_f)
     ys = ys.reshape(grid.n_row_blocks, grid.n_cell_blocks, *ys.shape[1:])
     ys = ys.transpose(2, 0, 3, 1, 4, 5, 6).reshape(
         n_mom,
