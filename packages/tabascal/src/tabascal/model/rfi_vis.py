@@ -346,16 +346,24 @@ def evaluate_group(
     )
 
 
-def moments_bytes(spec: GroupSpec, n_rows: int, model_shape, config, cplx) -> int:
-    """Bytes of an analytic group's kept phase moments (0 for a quadrature group): 2 n_coef - 1
-    moments per row, cell, source and fine channel, n_coef the time stencil's points.
-    model_shape: (n_src, n_freq, n_time)."""
-    if spec.operator != "analytic":
-        return 0
+def moments_shape(spec: GroupSpec, rows: tuple, model_shape, config) -> tuple:
+    """Shape of an analytic group's kept phase moments (``ri_kernels.
+    analytic_moments_with_indices``): ``(n_mom, *rows, n_freq, n_time, n_src, n_int_f)``,
+    2 n_coef - 1 moments, n_coef the time stencil's points. rows: the group's row axes,
+    ``(n_rows,)``, or ``(n_dev, n_rows)`` split over devices. model_shape: (n_src, n_freq,
+    n_time)."""
     n_src, n_freq, n_time = model_shape
     n_mom = 2 * min(config.time_stencil, n_time) - 1
-    cells = n_rows * n_freq * n_time * n_src * spec.n_freq_samples
-    return n_mom * cells * np.dtype(cplx).itemsize
+    return (n_mom, *rows, n_freq, n_time, n_src, spec.n_freq_samples)
+
+
+def moments_bytes(spec: GroupSpec, n_rows: int, model_shape, config, cplx) -> int:
+    """Bytes of an analytic group's kept phase moments for ``n_rows`` rows (0 for a quadrature
+    group)."""
+    if spec.operator != "analytic":
+        return 0
+    shape = moments_shape(spec, (n_rows,), model_shape, config)
+    return math.prod(shape) * np.dtype(cplx).itemsize
 
 
 def plan_phase_cache(sizes_bytes, specs: tuple[GroupSpec, ...], config: RfiVisConfig):

@@ -82,11 +82,17 @@ def _place_single(model: joint.Model, mesh: None) -> joint.Model:
     return model
 
 
-def _moment_sizes(placed) -> tuple[list[int], Any]:
-    """Each group's kept-moment bytes per device, and the model spec."""
+def _model_shape(placed):
+    """The model spec, (n_src, n_freq, n_time) and the complex dtype of the kept moments."""
     model_spec = getattr(placed.spec, "model", placed.spec)
     shape = (model_spec.n_src, model_spec.n_freq, model_spec.n_time)
     cplx = np.result_type(np.dtype(placed.constants.phase.dtype), np.complex64)
+    return model_spec, shape, cplx
+
+
+def _moment_sizes(placed) -> tuple[list[int], Any]:
+    """Each group's kept-moment bytes per device, and the model spec."""
+    model_spec, shape, cplx = _model_shape(placed)
     sizes = [
         rfi_vis.moments_bytes(spec, tables.indices.a1.shape[-1], shape, model_spec.rfi_vis, cplx)
         for spec, tables in zip(model_spec.groups, placed.constants.groups, strict=True)
@@ -144,15 +150,15 @@ def _abstract_moments(placed, model_spec, keep):
         if mesh is None
         else NamedSharding(mesh, PartitionSpec(baseline_axis.AXIS))
     )
-    cplx = np.result_type(np.dtype(placed.constants.phase.dtype), np.complex64)
-    n_mom = 2 * min(model_spec.rfi_vis.time_stencil, model_spec.n_time) - 1
+    _, shape, cplx = _model_shape(placed)
     groups = list(placed.constants.groups)
     for g, spec in enumerate(model_spec.groups):
         if keep[g]:
-            rows = groups[g].indices.a1.shape
-            cells = (model_spec.n_freq, model_spec.n_time, model_spec.n_src, spec.n_freq_samples)
-            shape = (n_mom, *rows, *cells) if mesh is None else (rows[0], n_mom, *rows[1:], *cells)
-            moments = jax.ShapeDtypeStruct(shape, cplx, sharding=sharding)
+            rows = groups[g].indices.a1.shape  # (n_rows,), or (n_dev, n_rows) on a mesh
+            moments = rfi_vis.moments_shape(spec, rows, shape, model_spec.rfi_vis)
+            if mesh is not None:  # the device axis leads, as baseline_axis forms them
+                moments = (rows[0], moments[0], *moments[2:])
+            moments = jax.ShapeDtypeStruct(moments, cplx, sharding=sharding)
             groups[g] = groups[g]._replace(moments=moments)
     return placed.constants._replace(groups=tuple(groups))
 
