@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ri_kernels import _validate
 from ri_kernels._analytic import (
     _block_coordinates,
     _block_plan,
@@ -102,7 +103,7 @@ def analytic_moments_with_indices(
         complex128): what keeping them costs.
     """
     fn = "analytic_moments_with_indices"
-    complex_of = {np.dtype(np.float32): np.complex64, np.dtype(np.float64): np.complex128}
+    complex_of = {np.dtype(real): cplx for cplx, real in _validate.PRECISION_PAIRS.items()}
     real = np.dtype(getattr(phase, "dtype", None))
     if real not in complex_of or getattr(phase, "ndim", 0) != 4:
         raise TypeError(
