@@ -180,12 +180,15 @@ def test_option_from_reads_the_default_type_and_metadata_of_the_field():
 # other key must come from a dataclass field: an Option written out for one of those would
 # restate its default.
 RUN_JOB_KEYS = {
+    "data.noise",
     "fit.init",
     "fit.seed",
     "satellites.tle_file",
     "satellites.catalogue_numbers",
     "output.plots",
     "output.plot_baselines",
+    "output.per_satellite",
+    "output.per_satellite_mb",
     "sharding.axis",
     "sharding.reuse_plan",
 }

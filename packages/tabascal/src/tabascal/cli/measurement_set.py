@@ -269,6 +269,12 @@ def _export_lines(args: argparse.Namespace, report, cleaned: str | None) -> list
     corr = f"correlation {report.correlations}"
     lines = [f"  {', '.join(report.columns[:3])}: the fit in {corr}, 0 in every other cell"]
     written = set(report.columns)
+    per_satellite = [c for c in report.columns if c.startswith("TAB_RFI_SAT")]
+    if per_satellite:
+        lines.append(
+            f"  {', '.join(per_satellite)}: each satellite's fitted RFI alone (before the "
+            f"gains; its name in the column's comment) in {corr}, 0 in every other cell"
+        )
     if cleaned is None:
         lines.append(f"  no cleaned data: {args.results} holds no gains")
     elif cleaned in written:
@@ -305,12 +311,55 @@ def _export_lines(args: argparse.Namespace, report, cleaned: str | None) -> list
     return lines
 
 
+def _write_gains_table(args: argparse.Namespace):
+    from tabascal.measurement_set.gains_table import write_gains_table
+
+    return write_gains_table(
+        args.results,
+        args.ms,
+        args.gains_table,
+        store=args.data,
+        column=args.column,
+        correlation=args.correlation,
+        spw=args.spw,
+        field=args.field,
+        time_tolerance=args.time_tolerance,
+        overwrite=args.overwrite_gains_table,
+    )
+
+
+def _gains_table_lines(report) -> list[str]:
+    """What the gains table holds, for export-ms's summary."""
+    windows = ", ".join(map(str, report.spws))
+    hands = " and ".join(report.fitted)
+    same = " (equal: a Stokes I fit)" if len(report.fitted) > 1 else ""
+    share = 100 * report.n_flagged / max(1, report.n_cells)
+    lines = [
+        f"wrote the gains table {report.path} (B Jones, for applycal): {report.n_rows} rows, "
+        f"{report.n_antennas} antennas x {report.n_integrations} integrations x spectral "
+        f"window(s) {windows}",
+        f"  gains of receptor(s) {hands}{same}, reference antenna {report.ref_antenna}; "
+        f"{report.n_flagged} of the fit's {report.n_cells} antenna cells ({share:.2g} %) "
+        "flagged (no unflagged baseline there)",
+    ]
+    if report.n_fitted < report.n_antennas:
+        lines.append(
+            f"  {report.n_antennas - report.n_fitted} antennas of the MS without data in the "
+            "fit: flagged"
+        )
+    return lines
+
+
 def _export_ms(args: argparse.Namespace) -> int:
     from tabascal.measurement_set import export_results
     from tabascal.measurement_set.export import default_cleaned_column
+    from tabascal.measurement_set.gains_table import check_gains_table
 
     cleaned = args.cleaned_column or default_cleaned_column(args.results)
+    gains = None
     try:
+        if args.gains_table is not None:  # refused before any column is written
+            check_gains_table(args.results, args.gains_table, overwrite=args.overwrite_gains_table)
         report = export_results(
             args.results,
             args.ms,
@@ -327,7 +376,10 @@ def _export_ms(args: argparse.Namespace) -> int:
             write_weights=args.write_weights,
             flag_residual=args.flag_residual,
             write_flags=args.write_flags,
+            per_satellite=args.per_satellite,
         )
+        if args.gains_table is not None:
+            gains = _write_gains_table(args)
     except TabascalError as err:
         return _fail("export-ms", err)
     added = [c for c in report.columns if c not in report.replaced]
@@ -338,6 +390,8 @@ def _export_ms(args: argparse.Namespace) -> int:
     else:
         print(f"replaced {', '.join(report.replaced)} in {args.ms}: {report.n_rows} rows")
     for line in _export_lines(args, report, cleaned):
+        print(line)
+    for line in [] if gains is None else _gains_table_lines(gains):
         print(line)
     return 0
 
@@ -352,7 +406,8 @@ def add_export_ms(subparsers) -> None:
         "store the fit read (--data), which gives the selection and the noise, also the "
         "weights 1/noise^2 (TAB_WEIGHT) and, with --flag-residual, flags. Existing columns "
         "are modified only when named (--cleaned-column, --write-weights, --write-flags). "
-        "Each column is written under a temporary name and renamed when complete.",
+        "Each column is written under a temporary name and renamed when complete. With "
+        "--gains-table, also the fitted gains as a CASA calibration table for applycal.",
     )
     parser.add_argument("results", help="results store of tabascal run (out/results.zarr)")
     parser.add_argument("--ms", required=True, help="the Measurement Set the data came from")
@@ -396,5 +451,23 @@ def add_export_ms(subparsers) -> None:
     )
     parser.add_argument(
         "--overwrite-columns", action="store_true", help="replace existing TAB_* columns"
+    )
+    parser.add_argument(
+        "--per-satellite",
+        action="store_true",
+        help="also write each satellite's fitted RFI (before the gains) into TAB_RFI_SAT<k>, k "
+        "its index in the store; needs results with rfi_vis_by_satellite (tabascal run with "
+        "output.per_satellite)",
+    )
+    parser.add_argument(
+        "--gains-table",
+        metavar="PATH",
+        help="also write the fitted gains as a CASA calibration table (B Jones, one row per "
+        "integration and antenna) that applycal applies: V / (g_i conj(g_j))",
+    )
+    parser.add_argument(
+        "--overwrite-gains-table",
+        action="store_true",
+        help="replace an existing --gains-table (a table; anything else is refused)",
     )
     parser.set_defaults(func=_export_ms)

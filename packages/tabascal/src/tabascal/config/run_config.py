@@ -13,8 +13,8 @@ import os
 from typing import Any
 
 from tabascal.config import ConfigError, Option, Section, option_from, validate
-from tabascal.fitting import optimiser
-from tabascal.model import gains, joint, rfi_signal, rfi_vis, sky
+from tabascal.fitting import data_noise, optimiser, satellites
+from tabascal.model import gains, joint, orbit_corrections, rfi_signal, rfi_vis, sky
 from tabascal.parallel.routes import SHARD_AXES
 
 SHARD_AXIS_ENV = "TABASCAL_SHARD_AXIS"
@@ -68,6 +68,18 @@ SCHEMA = Section(
     "tabascal run configuration",
     {
         "precision": option_from(joint.ModelConfig, "precision"),
+        "data": Section(
+            "The observation's data as the fit takes them.",
+            {
+                "noise": Option(
+                    str,
+                    "store",
+                    "each baseline's noise: the store's, or estimated from the data when the "
+                    "run starts (import-ms --noise estimate's estimator)",
+                    choices=data_noise.NOISE_SOURCES,
+                ),
+            },
+        ),
         "sky": _SKY,
         "rfi": _RFI,
         "gains": _GAINS,
@@ -112,11 +124,30 @@ SCHEMA = Section(
                 ),
             },
         ),
+        "orbits": Section(
+            "Orbit corrections fitted per satellite, for element sets (TLEs) that are off.",
+            _options(orbit_corrections.OrbitFitConfig, "fit", "time_sigma_s", "position_sigma_m"),
+        ),
         "output": Section(
             "What is written besides results.zarr and summary.json.",
             {
                 "plots": Option(bool, True, "write PNG plots"),
                 "plot_baselines": Option(int, 3, "baselines shown in the visibility plot", min=1),
+                "per_satellite": Option(
+                    str,
+                    "auto",
+                    "write each satellite's fitted RFI visibilities (rfi_vis_by_satellite, "
+                    "n_sat cubes of the data's size) into results.zarr: within "
+                    "per_satellite_mb (auto), always or never",
+                    choices=satellites.PER_SATELLITE,
+                ),
+                "per_satellite_mb": Option(
+                    float,
+                    1024.0,
+                    "most MiB of rfi_vis_by_satellite under per_satellite auto",
+                    "MiB",
+                    min=0.0,
+                ),
             },
         ),
         "sharding": Section(
@@ -181,6 +212,9 @@ def model_config(config: dict) -> joint.ModelConfig:
         rfi_signal=rfi_signal.RfiSignalConfig(**_values(config, rfi_signal.RfiSignalConfig)),
         rfi_vis=rfi_vis.RfiVisConfig(**_values(config, rfi_vis.RfiVisConfig)),
         gains=gains.GainsConfig(**_values(config, gains.GainsConfig)),
+        orbits=orbit_corrections.OrbitFitConfig(
+            **_values(config, orbit_corrections.OrbitFitConfig)
+        ),
         **_values(config, joint.ModelConfig),
     )
 

@@ -25,7 +25,7 @@ import jax
 import numpy as np
 
 from tabascal.config import ConfigError, dump_yaml, run_config
-from tabascal.fitting import optimiser, plots, results
+from tabascal.fitting import data_noise, optimiser, plots, results, satellites
 from tabascal.fitting.output_folder import (  # noqa: F401 (the errors and lock, re-exported)
     CHECKPOINTS,
     RESULTS,
@@ -39,7 +39,8 @@ from tabascal.fitting.output_folder import (  # noqa: F401 (the errors and lock,
     replacing,
     write_atomically,
 )
-from tabascal.model import joint, likelihood
+from tabascal.model import joint, likelihood, orbit_corrections
+from tabascal.observation import geometry
 from tabascal.parallel import blockwise, processes, routes
 from tabascal.planning import memory
 from tabascal.store.writer import NO_SPACE, why_unwritable
@@ -59,6 +60,19 @@ def _plot(out_dir: Path, history: optimiser.FitHistory, rows, model, data, meta)
     model, data = model[:, 0], data[:, 0]
     with replacing(out_dir / "baselines.png") as partial_path:
         plots.plot_baselines(meta.times_s, data, model, data - model, labels, partial_path)
+
+
+def _plot_satellites(out_dir: Path, signal_rms: np.ndarray, meta) -> None:
+    """Each satellite's fitted amplitude (n_sat, n_time) and its elevation against time."""
+    elevation = geometry.satellite_elevation(
+        meta.ant_itrf, meta.orbits, meta.times_s, meta.gast0_rad
+    )
+    labels = [meta.orbits.label(s) for s in range(meta.n_sat)]
+    with replacing(out_dir / "satellites.png") as partial_path:
+        plots.plot_satellites(meta.times_s, signal_rms, np.rad2deg(elevation), labels, partial_path)
+    if meta.n_sat > plots.MOST_SATELLITES:
+        shown = plots.MOST_SATELLITES
+        logger.info("satellites.png shows the %d brightest of %d satellites", shown, meta.n_sat)
 
 
 def _baseline_lengths(meta) -> np.ndarray:
@@ -85,6 +99,8 @@ def _keeping(cubes, rows: np.ndarray, kept: dict):
 
 def _whole_observation(source):
     """Every row of ``source`` in this process (the routes that need them)."""
+    if isinstance(source, data_noise.EstimatedNoise):
+        return source.whole(_whole_observation(source.rows))
     if isinstance(source, blockwise.MemoryRows):
         return source.obs
     from tabascal.store import read_observation
@@ -133,7 +149,11 @@ class RunSummary(Mapping):
     optimisation alone); n_devices, n_processes; shard_axis, reuse_plan, read_by_block (the
     model built block by block from the rows each process reads); per_device_peak_bytes;
     step_memory (``memory.StageMemory.as_dict`` of one step); collectives (per step); model
-    (the model's info); truth (``results.truth_metrics``) or None.
+    (the model's info); truth (``results.truth_metrics``) or None; orbits (the fitted orbit
+    corrections, ``orbit_corrections.summary``) or None with fixed orbits; satellites (one
+    entry per satellite, ``satellites.satellite_table``); rfi_vis_by_satellite (whether
+    results.zarr holds it, and why not: ``satellites.output_plan``); data (where the noise
+    came from, ``data_noise.summary``).
     """
 
     chi2_init: float
@@ -150,9 +170,14 @@ class RunSummary(Mapping):
     collectives: dict
     model: dict
     truth: dict | None = None
+    orbits: dict | None = None
+    satellites: list[dict] = dataclasses.field(default_factory=list)
+    rfi_vis_by_satellite: dict | None = None
+    data: dict = dataclasses.field(default_factory=dict)
 
     def _keys(self) -> list[str]:
-        return [f.name for f in fields(self) if f.name != "truth" or self.truth is not None]
+        optional = ("truth", "orbits")
+        return [f.name for f in fields(self) if f.name not in optional or getattr(self, f.name)]
 
     def __getitem__(self, key: str):
         if key not in self._keys():
@@ -206,6 +231,7 @@ def run(
     route = routes.route(shard_axis, reuse_plan)
     source = obs if hasattr(obs, "read") else blockwise.MemoryRows(obs)
     by_block = _check_route(route, source, config["fit"]["init"])
+    orbit_corrections.check_route(run_config.model_config(config).orbits, route.name)
     # Without jax's 64-bit mode every float64 array would silently become float32; the mode is
     # scoped to this call, so that the caller's precision is as it was afterwards.
     x64 = jax.enable_x64(config["precision"] == "double" or jax.config.jax_enable_x64)
@@ -215,6 +241,7 @@ def run(
             if processes.is_writer():
                 claimed.enter_context(prepare_output(out_dir, resume=resume, overwrite=overwrite))
         try:
+            source = data_noise.noise_source(source, config["data"])
             placed = _placed_model(route, source, config, by_block)
             if processes.is_writer():
                 write_atomically(out_dir / "config.yaml", dump_yaml(config))
@@ -384,6 +411,12 @@ def _write_outputs(route, placed, fitted: _Fitted, source, config, out_dir, by_b
         collectives=memory.count_collectives(fitted.compiled),
         model=placed.info,
         truth=truth,
+        data=data_noise.summary(source),
+        orbits=orbit_corrections.summary(
+            getattr(fitted.state.params, "orbits", None),
+            getattr(placed.constants, "orbits", None),
+            meta.orbits,
+        ),
     )
     plot_rows = _plot_rows(meta, config) if config["output"]["plots"] else np.arange(0)
     kept = {}
@@ -397,11 +430,30 @@ def _write_outputs(route, placed, fitted: _Fitted, source, config, out_dir, by_b
     if processes.is_writer():
         # summary.json says the outputs beside it are its run's: it goes until they are written.
         (out_dir / SUMMARY).unlink(missing_ok=True)
-    results.write_results(out_dir / RESULTS, _keeping(out.cubes, plot_rows, kept), whole, meta.n_bl)
+    by_satellite = satellites.plan(route, placed, fitted.state.params, meta, config["output"])
+    results.write_results(
+        out_dir / RESULTS,
+        _keeping(out.cubes, plot_rows, kept),
+        whole,
+        meta.n_bl,
+        by_satellite.stacked,
+    )
+    summary = dataclasses.replace(
+        summary,
+        satellites=by_satellite.table(
+            route, placed, fitted.state.params, orbit_corrections.table_extra(summary.orbits)
+        ),
+        rfi_vis_by_satellite=by_satellite.report,
+    )
+    signal_rms = None
+    if config["output"]["plots"] and meta.n_sat:  # every process: the signal may be split
+        signal_rms = satellites.signal_rms(placed, fitted.state.params, meta.n_sat)
     if processes.is_writer():
         if config["output"]["plots"]:
             model_rows = np.stack([kept[int(r)][0] for r in plot_rows])
             data_rows = np.stack([kept[int(r)][1] for r in plot_rows])
             _plot(out_dir, fitted.history, plot_rows, model_rows, data_rows, meta)
+        if signal_rms is not None:
+            _plot_satellites(out_dir, signal_rms, meta)
         write_atomically(out_dir / SUMMARY, json.dumps(dict(summary), indent=2) + "\n")
     return summary

@@ -1,4 +1,5 @@
-"""PNG plots of a fit: the loss curve and data, model and residual of a few baselines.
+"""PNG plots of a fit: the loss curve, data, model and residual of a few baselines, and each
+satellite's fitted RFI amplitude with its elevation.
 
 Uses matplotlib's non-interactive Agg canvas directly, so plotting works on machines without a
 display and never touches pyplot's global state.
@@ -59,5 +60,47 @@ def plot_baselines(
         ax.set(ylabel="amplitude", title=label)
     axes[0].legend(loc="upper right", fontsize="small")
     axes[-1].set_xlabel("time (s)")
+    figure.savefig(path, dpi=100)
+    return Path(path)
+
+
+#: Most panels of ``plot_satellites``: the brightest satellites when there are more.
+MOST_SATELLITES = 16
+
+
+def plot_satellites(
+    times_s: np.ndarray,
+    signal_rms: np.ndarray,
+    elevation_deg: np.ndarray,
+    labels: list[str],
+    path: Path,
+    most: int = MOST_SATELLITES,
+) -> Path:
+    """Each satellite's fitted RFI amplitude against time, its elevation on a twin axis.
+
+    One panel per satellite, in the store's order; of more than ``most`` satellites, the
+    ``most`` brightest (largest peak of ``signal_rms``), the figure's title saying so.
+
+    Args:
+      times_s: (n_time,) seconds from the start of the observation.
+      signal_rms: (n_sat, n_time) rms over antennas and channels of the fitted |amp| (Jy^0.5).
+      elevation_deg: (n_sat, n_time) elevation at the array centre (deg).
+      labels: (n_sat,) the satellites' names.
+    """
+    n_sat = len(labels)
+    brightest = np.argsort(-np.max(signal_rms, axis=1), kind="stable")[:most]
+    shown = np.sort(brightest)
+    figure = _figure(8, 2.2 * len(shown))
+    axes = np.atleast_1d(figure.subplots(len(shown), 1, sharex=True))
+    for ax, s in zip(axes, shown, strict=True):
+        amp = ax.plot(times_s, signal_rms[s], "-", lw=1.2, label="fitted |amp|, rms")
+        ax.set(ylabel="Jy$^{1/2}$", title=f"{labels[s]} (satellite {s})")
+        twin = ax.twinx()
+        el = twin.plot(times_s, elevation_deg[s], "--", lw=0.8, color="C1", label="elevation")
+        twin.set_ylabel("elevation (deg)")
+    axes[0].legend(handles=[*amp, *el], loc="upper right", fontsize="small")
+    axes[-1].set_xlabel("time (s)")
+    if len(shown) < n_sat:
+        figure.suptitle(f"the {len(shown)} brightest of {n_sat} satellites")
     figure.savefig(path, dpi=100)
     return Path(path)

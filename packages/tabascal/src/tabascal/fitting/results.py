@@ -5,6 +5,10 @@ rows (in the antenna-reuse order when that plan is used). ``write_results`` brin
 a time to process 0 (``processes.host_rows``) and writes it at its rows in the data's order;
 ``truth_metrics`` reduces each process's own blocks against the truth rows it reads itself and
 sums the totals across processes. An unsharded fit is the case of a single block.
+
+Besides the ``CUBES``, results.zarr may hold a ``Stacked`` array, a cube per satellite
+(satellite, baseline, channel, time), written one (satellite, block) at a time by the same
+machinery (``satellites.rfi_by_satellite``).
 """
 
 from __future__ import annotations
@@ -57,18 +61,54 @@ def local_block(array: jax.Array, block: Block, mesh) -> np.ndarray:
     raise ValueError(f"device {block.device} is not in this process")
 
 
+class Stacked(NamedTuple):
+    """An array of results.zarr with an axis before the baselines, (n, n_bl, n_freq, n_time).
+
+    name: its name; n: the leading axis's length; blocks: (k, data rows, (len(rows), n_freq,
+    n_time)) in any order, together covering rows 0..n_bl-1 once for every k in 0..n-1; attrs:
+    the array's attributes.
+    """
+
+    name: str
+    n: int
+    blocks: Iterable[tuple[int, np.ndarray, np.ndarray]]
+    attrs: dict
+
+
+def _create_rows(group, name: str, lead: tuple, n_bl: int, value: np.ndarray, rows: np.ndarray):
+    """A cube of ``lead`` + (n_bl, ...) rows shaped and typed like ``value``, chunked by the
+    rows of its first block (one index of each leading axis per chunk)."""
+    shape = (*lead, n_bl, *value.shape[1:])
+    chunk_rows = max(1, min(rows.size, default_chunk_rows(*value.shape[1:])))
+    chunks = (*(1 for _ in lead), chunk_rows, *value.shape[1:])
+    return group.create_array(name, shape=shape, dtype=value.dtype, chunks=chunks)
+
+
+def _put_rows(array, at: tuple, rows: np.ndarray, value: np.ndarray) -> None:
+    """``value`` (len(rows), ...) into the data rows ``rows`` of ``array`` at leading index
+    ``at`` (() for a cube)."""
+    if not rows.size:
+        return
+    if np.array_equal(rows, np.arange(rows[0], rows[0] + rows.size)):
+        array[(*at, slice(int(rows[0]), int(rows[0]) + rows.size))] = value
+    else:
+        order = np.argsort(rows)
+        array.oindex[(*at, rows[order])] = value[order]
+
+
 def write_results(
     path: Path,
     cube_blocks: Iterable[tuple[np.ndarray, dict[str, np.ndarray]]],
     whole: dict[str, np.ndarray],
     n_bl: int,
+    stacked: Stacked | None = None,
 ) -> None:
     """Write results.zarr atomically from blocks of rows (process 0 writes; every process
-    must iterate ``cube_blocks`` when they gather across processes).
+    must iterate ``cube_blocks`` and ``stacked.blocks`` when they gather across processes).
 
     cube_blocks: (data rows, {name: (len(rows), n_freq, n_time)}) for the ``CUBES``; together
     the rows cover 0..n_bl-1 once. whole: the small arrays written as they are (gains (n_ant,
-    n_freq, n_time), a1, a2, times_s, freqs_hz).
+    n_freq, n_time), a1, a2, times_s, freqs_hz). stacked: a ``Stacked`` array, or None.
 
     The group is built in ``.results.zarr.partial`` and renamed into place; the previous
     results, moved aside to ``.results.zarr.old`` for the swap, are removed after it. Either
@@ -94,17 +134,19 @@ def write_results(
         rows = np.asarray(rows)
         for name, value in cubes.items():
             if name not in arrays:
-                shape = (n_bl, *value.shape[1:])
-                chunk_rows = max(1, min(rows.size, default_chunk_rows(*shape[1:])))
-                arrays[name] = group.create_array(
-                    name, shape=shape, dtype=value.dtype, chunks=(chunk_rows, *shape[1:])
-                )
-            contiguous = rows.size and np.array_equal(rows, np.arange(rows[0], rows[0] + rows.size))
-            if contiguous:
-                arrays[name][int(rows[0]) : int(rows[0]) + rows.size] = value
-            elif rows.size:
-                order = np.argsort(rows)
-                arrays[name].oindex[rows[order]] = value[order]
+                arrays[name] = _create_rows(group, name, (), n_bl, value, rows)
+            _put_rows(arrays[name], (), rows, value)
+        kill_point("results-block")
+    for k, rows, value in () if stacked is None else stacked.blocks:
+        if not writer:
+            continue
+        rows = np.asarray(rows)
+        if stacked.name not in arrays:
+            arrays[stacked.name] = _create_rows(
+                group, stacked.name, (stacked.n,), n_bl, value, rows
+            )
+            arrays[stacked.name].attrs.update(stacked.attrs)
+        _put_rows(arrays[stacked.name], (k,), rows, value)
         kill_point("results-block")
     if not writer:
         return
@@ -120,6 +162,19 @@ def write_results(
         kill_point("results-replace")
     os.replace(partial_path, path)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def host_blocks(cube, spec, by_block: bool) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(data rows, host rows) of one cube: a baseline-sharded fit's ``P("bl")`` cube one device
+    block at a time, on every process (``by_block``; a collective per block when the blocks
+    live in several processes), or an unsharded one (n_bl, n_freq, n_time) as one block."""
+    if not by_block:
+        host = np.asarray(cube)
+        yield np.arange(host.shape[0]), host
+        return
+    for block in blocks(spec):
+        if block.stop > block.start:
+            yield block.rows, processes.host_rows(cube, block.start, block.stop)
 
 
 def sharded_cubes(prediction, residual, flags, spec) -> Iterator[tuple[np.ndarray, dict]]:

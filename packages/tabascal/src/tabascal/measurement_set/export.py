@@ -6,6 +6,10 @@ column the fit read (``DATA`` by default):
 
 - ``TAB_SKY_DATA``, ``TAB_RFI_DATA``, ``TAB_RES_DATA``: the results' ``sky_vis``, ``rfi_vis``
   (both before the gains) and ``residual`` (data minus the full model); 0 in every other cell.
+- per satellite (``per_satellite``): ``TAB_RFI_SAT<k>``, the results' ``rfi_vis_by_satellite[k]``
+  (satellite k alone, before the gains; k its index in the store, its name in the column's
+  comment); 0 in every other cell. Only results written with it (``output.per_satellite``
+  of ``tabascal run``) have it.
 - the cleaned data (``cleaned_column``, ``TAB_CLEANED_DATA`` on the command line): the data
   column minus the fitted RFI as it appears in the data. The model is
   ``model[b] = g[a1[b]] (sky[b] + rfi[b]) conj(g[a2[b]])`` (``model.gains.apply``) and
@@ -67,6 +71,8 @@ RESULT_COLUMNS = {"TAB_SKY_DATA": "sky_vis", "TAB_RFI_DATA": "rfi_vis", "TAB_RES
 CLEANED_COLUMN = "TAB_CLEANED_DATA"
 WEIGHT_COLUMNS = {"WEIGHT": "TAB_WEIGHT", "WEIGHT_SPECTRUM": "TAB_WEIGHT_SPECTRUM"}
 FLAG_COLUMN = "TAB_FLAG_RESIDUAL"
+SATELLITE_ARRAY = "rfi_vis_by_satellite"  # as fitting.satellites.ARRAY
+SATELLITE_PREFIX = "TAB_RFI_SAT"  # + the satellite's index in the store
 COMMENTS = {
     "TAB_SKY_DATA": "tabascal: fitted sky visibilities",
     "TAB_RFI_DATA": "tabascal: fitted RFI visibilities",
@@ -133,6 +139,29 @@ def _results(path) -> dict:
     if len(set(shapes.values())) != 1:
         raise MsError(f"{path}: the result arrays have different shapes {shapes}")
     return {"group": group, "shape": shapes["sky_vis"], "a1": group["a1"][:], "a2": group["a2"][:]}
+
+
+def _satellites(found: dict, results) -> tuple[str, ...]:
+    """The names of the satellites of ``rfi_vis_by_satellite``, whose cubes must be the
+    other results' shape; refused, saying how to get it, when the results hold none."""
+    group = found["group"]
+    if SATELLITE_ARRAY not in group:
+        raise MsError(
+            f"{results} holds no {SATELLITE_ARRAY}, which --per-satellite writes: run tabascal "
+            "run with output.per_satellite: always in its configuration (auto writes it only "
+            "within output.per_satellite_mb; summary.json's rfi_vis_by_satellite says why it "
+            "was left out)"
+        )
+    array = group[SATELLITE_ARRAY]
+    if array.shape[1:] != found["shape"]:
+        raise MsError(
+            f"{results}: {SATELLITE_ARRAY} holds cubes of {array.shape[1:]}, the other results "
+            f"{found['shape']}"
+        )
+    names = list(array.attrs.get("satellites", []))
+    if len(names) != array.shape[0]:
+        names = [f"satellite {k}" for k in range(array.shape[0])]
+    return tuple(names)
 
 
 def _store(path, found: dict, results) -> dict:
@@ -221,16 +250,20 @@ def _check_cleaned_name(cleaned: str | None, column: str) -> None:
     if (
         cleaned in reserved
         or cleaned in columns.BACKUPS.values()
-        or cleaned.startswith((columns.TMP_PREFIX, columns.OLD_PREFIX))
+        or cleaned.startswith((columns.TMP_PREFIX, columns.OLD_PREFIX, SATELLITE_PREFIX))
     ):
         raise MsError(f"--cleaned-column {cleaned}: export-ms writes that column for another use")
 
 
-def _check_names(ms, ms_path, cleaned: str | None, overwrite: tuple[bool, bool]) -> None:
+def _check_names(
+    ms, ms_path, cleaned: str | None, overwrite: tuple[bool, bool], satellites=()
+) -> None:
     """Refuse, before anything is written, a column that would be replaced unasked.
-    overwrite: (TAB_* columns, the cleaned column when it is another)."""
+    overwrite: (TAB_* columns, the cleaned column when it is another); satellites: the names
+    of the per-satellite columns to write."""
     names = ms.colnames()
-    ours = [c for c in (*RESULT_COLUMNS, *WEIGHT_COLUMNS.values(), FLAG_COLUMN) if c in names]
+    written = (*RESULT_COLUMNS, *satellites, *WEIGHT_COLUMNS.values(), FLAG_COLUMN)
+    ours = [c for c in written if c in names]
     if cleaned is not None and cleaned.startswith("TAB_") and cleaned in names:
         ours.append(cleaned)
     if ours and not overwrite[0]:
@@ -305,6 +338,23 @@ def _selection(tables, ms, ms_path, chosen: dict):
         raise MsError(f"{ms_path}: {err}") from None
 
 
+def fitted_selection(tables, ms, ms_path, results, store=None, given: dict | None = None):
+    """The results.zarr at ``results`` (its group, shape, a1 and a2), the selection of the
+    open MS ``ms`` the fit read and its correlation plan, as :func:`export_results` finds
+    them: for another product of the same fit (the gains table, :mod:`.gains_table`).
+
+    store and given (column, correlation, spw, field, time_tolerance; None where not named)
+    as in :func:`export_results`. Raises MsError when the results are not of the selection.
+    """
+    found = _results(results)
+    given = dict.fromkeys(OPTION_NAMES) | (given or {})
+    from_store = None if store is None else _store(store, found, results)
+    chosen = _options(None if from_store is None else from_store["options"], store, given)
+    sel, plan = _selection(tables, ms, ms_path, chosen)
+    _check_selection(found, sel, results, ms_path, store)
+    return found, sel, plan
+
+
 def _row_groups(tables, ms, ms_path, column: str) -> list:
     """(cell shape (n_chan, n_corr), ascending table rows) of each DATA_DESC_ID."""
     desc = ms.getcoldesc(column)
@@ -318,12 +368,14 @@ def _row_groups(tables, ms, ms_path, column: str) -> list:
 class _Asked:
     """The products asked for: cleaned column (or None), weights into TAB_WEIGHT ('new') or
     WEIGHT ('replace') or none (None), residual flags (bad cells (n_bl, n_chan, n_time),
-    channels ascending, or None) and whether they go into FLAG."""
+    channels ascending, or None), whether they go into FLAG, and the satellites of the
+    per-satellite columns (none when not asked)."""
 
     cleaned: str | None
     weights: str | None
     bad: np.ndarray | None
     write_flags: bool
+    satellites: tuple[str, ...] = ()  # the names of the per-satellite columns' satellites
 
 
 def _jobs(ms, found: dict, sel, cells: products.Cells, column: str, noise, asked: _Asked):
@@ -333,6 +385,10 @@ def _jobs(ms, found: dict, sel, cells: products.Cells, column: str, noise, asked
     for name, array in RESULT_COLUMNS.items():
         cube = np.asarray(group[array][...], np.complex64)
         yield name, column, COMMENTS[name], products.cube_fill(cube, cells)
+    for k, satellite in enumerate(asked.satellites):
+        cube = np.asarray(group[SATELLITE_ARRAY][k], np.complex64)
+        comment = f"tabascal: fitted RFI visibilities of satellite {k}, {satellite}"
+        yield f"{SATELLITE_PREFIX}{k}", column, comment, products.cube_fill(cube, cells)
     if asked.cleaned is not None:
         rfi = np.asarray(group["rfi_vis"][...], np.complex64)
         gains = np.asarray(group["gains"][...], np.complex64)
@@ -389,6 +445,7 @@ def export_results(
     write_weights: bool = False,
     flag_residual: float | None = None,
     write_flags: bool = False,
+    per_satellite: bool = False,
 ) -> ExportReport:
     """Write the fit in ``results`` (a results.zarr) into the Measurement Set ``ms_path``.
 
@@ -397,9 +454,11 @@ def export_results(
     Without it, ``column`` (default DATA), ``correlation`` (I), ``spw`` (an id, ids or
     'all'), ``field`` and ``time_tolerance`` must be those the data were read with, of all
     channels and integrations. Always writes TAB_SKY_DATA, TAB_RFI_DATA and TAB_RES_DATA;
-    cleaned_column names the column of the cleaned data (None: none); weights (TAB_WEIGHT),
-    write_weights (WEIGHT), flag_residual (K > 0: TAB_FLAG_RESIDUAL) and write_flags (into
-    FLAG) as in the module. An existing TAB_* column is refused unless ``overwrite_columns``,
+    per_satellite a TAB_RFI_SAT<k> for each satellite of the results' rfi_vis_by_satellite
+    (refused when they hold none); cleaned_column names the column of the cleaned data (None:
+    none); weights (TAB_WEIGHT), write_weights (WEIGHT), flag_residual (K > 0:
+    TAB_FLAG_RESIDUAL) and write_flags (into FLAG) as in the module. An existing TAB_* column
+    (TAB_RFI_SAT<k> too) is refused unless ``overwrite_columns``,
     an existing other ``cleaned_column`` unless ``overwrite_column``; nothing is written when
     anything is refused. Cells the reader filled (no row in the MS) are not written anywhere.
     """
@@ -410,6 +469,7 @@ def export_results(
         raise MsError(f"{ms_path} is not a Measurement Set (no table.dat)")
     weights = weights or write_weights
     _refuse_unusable(found, results, store, cleaned_column, weights, flag_residual, write_flags)
+    satellites = _satellites(found, results) if per_satellite else ()
     given = dict(column=column, correlation=correlation, spw=spw, field=field)
     given["time_tolerance"] = time_tolerance
     from_store = None if store is None else _store(store, found, results)
@@ -420,7 +480,9 @@ def export_results(
         recovered = columns.recover(ms)
         if column not in ms.colnames():
             raise MsError(f"{ms_path} has no column '{column}' to model the new columns on")
-        _check_names(ms, ms_path, cleaned_column, (overwrite_columns, overwrite_column))
+        satellite_columns = [f"{SATELLITE_PREFIX}{k}" for k in range(len(satellites))]
+        overwrite = (overwrite_columns, overwrite_column)
+        _check_names(ms, ms_path, cleaned_column, overwrite, satellite_columns)
         sel, plan = _selection(tables, ms, ms_path, chosen)
         _check_selection(found, sel, results, ms_path, store)
         noise = None if from_store is None else from_store["noise"]
@@ -429,7 +491,7 @@ def export_results(
             residual = np.asarray(found["group"]["residual"][...])
             bad = np.abs(residual) > flag_residual * noise[:, None, None]
         mode = None if not weights else "replace" if write_weights else "new"
-        asked = _Asked(cleaned_column, mode, bad, write_flags)
+        asked = _Asked(cleaned_column, mode, bad, write_flags, satellites)
         groups = _row_groups(tables, ms, ms_path, column)
         cells = products.selection_cells(sel, plan)
         existed = set(ms.colnames())

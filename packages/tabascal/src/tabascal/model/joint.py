@@ -28,7 +28,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from tabascal.config import ConfigError, option_field
-from tabascal.model import gains, likelihood, rfi_estimate, rfi_signal, rfi_vis, sky
+from tabascal.model import (
+    gains,
+    likelihood,
+    orbit_corrections,
+    rfi_estimate,
+    rfi_signal,
+    rfi_vis,
+    sky,
+)
 from tabascal.model.data_stats import DataStats, MeanPower
 from tabascal.observation import beam, geometry
 
@@ -59,6 +67,9 @@ class ModelConfig:
     rfi_signal: rfi_signal.RfiSignalConfig = field(default_factory=rfi_signal.RfiSignalConfig)
     rfi_vis: rfi_vis.RfiVisConfig = field(default_factory=rfi_vis.RfiVisConfig)
     gains: gains.GainsConfig = field(default_factory=gains.GainsConfig)
+    orbits: orbit_corrections.OrbitFitConfig = field(
+        default_factory=orbit_corrections.OrbitFitConfig
+    )
     sky_sigma: float | None = option_field(
         None, "prior std per cell; null estimates it from the data", "Jy", min=0.0
     )
@@ -102,14 +113,19 @@ class ModelSpec:
 
 
 class ModelParams(NamedTuple):
+    """orbits: the orbit corrections (``orbit_corrections``), None when the orbits are fixed
+    (``orbits.fit: none``, the default): the pytree then has no orbit leaves at all."""
+
     sky: sky.SkyParams
     rfi: rfi_signal.RfiSignalParams
     gains: gains.GainsParams
+    orbits: orbit_corrections.OrbitParams | None = None
 
 
 class ModelConstants(NamedTuple):
     """Arrays ``predict`` reads. a1, a2: (n_bl,) int32. phase: (n_ant, n_src, n_freq, n_time)
-    centre phases (rad); delay_us: (n_ant, n_src, n_time, 4); freq_mhz: (n_freq,)."""
+    centre phases (rad); delay_us: (n_ant, n_src, n_time, 4); freq_mhz: (n_freq,); orbits:
+    the orbit corrections' constants, None with fixed orbits."""
 
     sky: sky.SkyConstants
     rfi_signal: rfi_signal.RfiSignalConstants
@@ -120,6 +136,7 @@ class ModelConstants(NamedTuple):
     freq_mhz: jax.Array
     a1: jax.Array
     a2: jax.Array
+    orbits: orbit_corrections.OrbitConstants | None = None
 
 
 class Data(NamedTuple):
@@ -155,7 +172,7 @@ class Model:
 
 def predict(params: ModelParams, constants: ModelConstants, spec: ModelSpec) -> Prediction:
     """Sky, RFI and model visibilities and gains for ``params``."""
-    v_rfi = predict_rfi(params.rfi, constants, spec)
+    v_rfi = predict_rfi(params.rfi, constants, spec, params.orbits)
     v_sky = sky.forward(params.sky, constants.sky)
     g = gains.forward(params.gains, constants.gains)
     model = gains.apply(v_sky + v_rfi, g, constants.a1, constants.a2)
@@ -188,7 +205,12 @@ def loss(params: ModelParams, inputs: tuple[ModelConstants, Data], spec, predict
     constants, data = inputs
     model = predict(params, constants, spec).model
     nll = likelihood.neg_log_likelihood(model, data.vis, data.flags, data.noise)
-    priors = (sky.prior(params.sky), rfi_signal.prior(params.rfi), gains.prior(params.gains))
+    priors = (
+        sky.prior(params.sky),
+        rfi_signal.prior(params.rfi),
+        gains.prior(params.gains),
+        orbit_corrections.prior(params.orbits),
+    )
     value = likelihood.loss(nll, priors, data.n_points)
     return value, {"chi2": nll / data.n_points.astype(nll.dtype)}
 
@@ -386,6 +408,7 @@ class Frame(NamedTuple):
     rfi: rfi_signal.RfiSignalParams
     gains: gains.GainsParams
     info: dict[str, Any]
+    orbits: orbit_corrections.OrbitParams | None = None
 
 
 def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None = None) -> Frame:
@@ -427,6 +450,7 @@ def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None 
         freq_mhz=jnp.asarray(meta.freqs_hz * 1e-6, real),
         a1=jnp.asarray(meta.a1, jnp.int32),
         a2=jnp.asarray(meta.a2, jnp.int32),
+        orbits=orbit_corrections.make_constants(config.orbits, meta, real),
     )
     grid = sky.make_grid(
         config.sky, geom.sky_fringe_rate_hz, n_freq, n_time, meta.chan_width, meta.int_time
@@ -448,6 +472,7 @@ def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None 
         rfi_signal.init(rfi_c, prior_keys(seed).rfi if init == "prior" else None),
         gains.init(gains_c, prior_keys(seed).gains if init == "prior" else None),
         info,
+        orbit_corrections.init(constants.orbits),
     )
 
 
@@ -528,7 +553,7 @@ def build(obs, config: ModelConfig, *, init: str = "data", seed: int = 0) -> Mod
         spec=frame.spec,
         constants=frame.constants._replace(sky=sky_c),
         data=data,
-        params=ModelParams(sky_params, rfi_params, frame.gains),
+        params=ModelParams(sky_params, rfi_params, frame.gains, frame.orbits),
         info=info,
     )
 
@@ -581,18 +606,24 @@ def abstract_model(
         spec=frame.spec,
         constants=frame.constants._replace(sky=sky_c),
         data=data,
-        params=ModelParams(sky_params, frame.rfi, frame.gains),
+        params=ModelParams(sky_params, frame.rfi, frame.gains, frame.orbits),
         info=dict(frame.info, sky_sigma=sky_sigma, abstract=True),
     )
 
 
-def predict_rfi(rfi_params, constants: ModelConstants, spec: ModelSpec) -> jax.Array:
-    """RFI visibilities (n_bl, n_freq, n_time) alone, before the gains."""
+def predict_rfi(
+    rfi_params, constants: ModelConstants, spec: ModelSpec, orbit_params=None
+) -> jax.Array:
+    """RFI visibilities (n_bl, n_freq, n_time) alone, before the gains; orbit_params: the
+    orbit corrections (``ModelParams.orbits``), None for the orbits as given."""
     amp = rfi_signal.forward(rfi_params, constants.rfi_signal)
+    phase, delay_us = orbit_corrections.corrected(
+        orbit_params, constants.orbits, constants.phase, constants.delay_us, constants.freq_mhz
+    )
     return rfi_vis.forward(
         amp,
-        constants.phase,
-        constants.delay_us,
+        phase,
+        delay_us,
         constants.freq_mhz,
         constants.groups,
         spec.groups,

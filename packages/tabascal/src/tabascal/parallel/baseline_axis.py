@@ -40,7 +40,7 @@ from jax.sharding import PartitionSpec as P
 
 import ri_kernels
 import tabascal_partition
-from tabascal.model import gains, joint, rfi_signal, rfi_vis, sky
+from tabascal.model import gains, joint, orbit_corrections, rfi_signal, rfi_vis, sky
 
 AXIS = "bl"
 
@@ -394,8 +394,15 @@ def keep_phase_moments(constants: joint.ModelConstants, spec: ShardedSpec, keep)
     return constants._replace(groups=tuple(groups))
 
 
-def predict_rfi(rfi_params, constants: joint.ModelConstants, spec: ShardedSpec) -> jax.Array:
-    """RFI visibilities (n_dev B, n_freq, n_time) on ``P("bl")``, before the gains."""
+def predict_rfi(
+    rfi_params, constants: joint.ModelConstants, spec: ShardedSpec, orbit_params=None
+) -> jax.Array:
+    """RFI visibilities (n_dev B, n_freq, n_time) on ``P("bl")``, before the gains;
+    orbit_params: the orbit corrections, applied to the replicated per-antenna delays before
+    the map (None: the orbits as given)."""
+    phase, delay_us = orbit_corrections.corrected(
+        orbit_params, constants.orbits, constants.phase, constants.delay_us, constants.freq_mhz
+    )
     group_specs = _group_partition_specs(constants.groups)
     mapped = jax.shard_map(
         lambda *args: rfi_block(*args, spec=spec),
@@ -406,8 +413,8 @@ def predict_rfi(rfi_params, constants: joint.ModelConstants, spec: ShardedSpec) 
     vis = mapped(
         rfi_params,
         constants.rfi_signal,
-        constants.phase,
-        constants.delay_us,
+        phase,
+        delay_us,
         constants.freq_mhz,
         constants.groups,
     )
@@ -422,7 +429,7 @@ _TABLE_FIELDS = tuple(
 def predict(params: joint.ModelParams, constants, spec: ShardedSpec) -> joint.Prediction:
     """Sharded ``joint.predict``: cubes (n_dev B, n_freq, n_time) on ``P("bl")``, padded rows
     last; gains (n_ant, n_freq, n_time) replicated. ``unpad`` returns the data's rows."""
-    v_rfi = predict_rfi(params.rfi, constants, spec)
+    v_rfi = predict_rfi(params.rfi, constants, spec, params.orbits)
     v_sky = _keep_rows(sky.forward(params.sky, constants.sky), spec)
     g = gains.forward(params.gains, constants.gains)
     model = _keep_rows(gains.apply(v_sky + v_rfi, g, constants.a1, constants.a2), spec)

@@ -273,7 +273,12 @@ def build(
     sky_c, sky_params, sky_sigma = _placed_sky(
         config, frame, placement, rfi_params, constants, data, stats, init=init, seed=seed
     )
-    params = joint.ModelParams(sky_params, rfi_params, baseline_axis.replicate(frame.gains, mesh))
+    params = joint.ModelParams(
+        sky_params,
+        rfi_params,
+        baseline_axis.replicate(frame.gains, mesh),
+        baseline_axis.replicate(frame.orbits, mesh),
+    )
     info = baseline_axis.placement_info(
         dict(frame.info, sky_sigma=sky_sigma, read_by_block=True), placement
     )

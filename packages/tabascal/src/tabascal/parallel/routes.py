@@ -108,11 +108,15 @@ def keep_phase_moments(name: str, placed, *, abstract: bool = False):
     ``jax.ShapeDtypeStruct``s of their shape and sharding, not formed (``tabascal plan``).
     """
     sizes, model_spec = _moment_sizes(placed)
-    if name == "source":
+    # Fitted orbit corrections move the delays at every step: the moments cannot be kept.
+    orbits_fitted = getattr(placed.constants, "orbits", None) is not None
+    if name == "source" or orbits_fitted:
         keep = (False,) * len(sizes)
     else:
         keep = rfi_vis.plan_phase_cache(sizes, model_spec.groups, model_spec.rfi_vis)
     report = rfi_vis.phase_cache_report(sizes, model_spec.groups, keep, model_spec.rfi_vis)
+    if orbits_fitted:
+        report["formed_every_step"] = "orbits.fit: the delays change at every step"
     if abstract:
         constants = _abstract_moments(placed, model_spec, keep)
     elif name == "none":

@@ -176,6 +176,23 @@ SCHEMA = Section(
                     items=int,
                     nullable=True,
                 ),
+                "orbit_error": Section(
+                    "the error of the orbits handed to a fit: the store keeps the simulated "
+                    "(true) orbits and these offsets, and a fit reads the orbits displaced by "
+                    "them (every satellite alike)",
+                    {
+                        "time_offset_s": Option(
+                            float,
+                            0.0,
+                            "along-track time offset: the handed satellite is "
+                            "where the true one is this much later",
+                            "s",
+                        ),
+                        "radial_m": Option(float, 0.0, "radial position offset", "m"),
+                        "in_track_m": Option(float, 0.0, "in-track position offset", "m"),
+                        "cross_track_m": Option(float, 0.0, "cross-track position offset", "m"),
+                    },
+                ),
             },
         ),
         "gains": Section(

@@ -13,6 +13,7 @@ process), which the next simulation into the same name removes.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from tqdm import tqdm
 
 from tabascal.observation import geometry as geo
 from tabascal.observation.beam import beam_x, interpolate_voltage, voltage_table
+from tabascal.observation.orbit_offsets import OffsetOrbits
 from tabascal.simulate.averaging import (
     FineSampling,
     cells_vis,
@@ -241,6 +243,16 @@ def simulate(config: dict, output, *, overwrite: bool = False, progress: bool = 
         shutil.rmtree(work, ignore_errors=True)
 
 
+def handed_meta(meta, orbit_error: dict):
+    """The metadata a fit is handed: ``meta`` with its orbits displaced by ``orbit_error`` (the
+    ``satellites.orbit_error`` section), or ``meta`` itself when every offset is zero."""
+    ric = [orbit_error["radial_m"], orbit_error["in_track_m"], orbit_error["cross_track_m"]]
+    if meta.n_sat == 0 or (orbit_error["time_offset_s"] == 0 and not any(ric)):
+        return meta
+    orbits = OffsetOrbits(meta.orbits, [orbit_error["time_offset_s"]], ric)
+    return dataclasses.replace(meta, orbits=orbits)
+
+
 def _simulate_into(config: dict, output: Path, work: Path, as_ms: bool, overwrite, progress):
     """``simulate`` with its scratch folder ``work`` made."""
     scene = build_scene(config)
@@ -261,7 +273,7 @@ def _simulate_into(config: dict, output: Path, work: Path, as_ms: bool, overwrit
     store = work / "store.zarr" if as_ms else output
     with ObservationWriter(
         store,
-        m,
+        handed_meta(m, config["satellites"]["orbit_error"]),
         noise=None if np.ndim(scene.noise) else scene.noise,
         truth=True,
         overwrite=overwrite,

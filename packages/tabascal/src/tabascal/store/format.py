@@ -14,6 +14,10 @@ FORMAT = "tabascal.observation"
 FORMAT_VERSION = 1
 ORBIT_FIELDS = ("altitude_m", "inclination_rad", "raan_rad", "arg_lat_rad")
 TLE_ATTR = "satellite_tle"  # group attribute of stores whose satellites are TLE element sets
+# The attribute of a store whose satellites' orbits, as handed to a fit, are the stored orbits
+# displaced (``observation.orbit_offsets.OffsetOrbits``): {"time_offset_s": [n_sat],
+# "ric_offset_m": [n_sat][3]}. The stored orbits are the true ones.
+ORBIT_OFFSETS_ATTR = "orbit_offsets"
 # Group attribute, true in stores whose writer kept every chunk (zarr leaves out a chunk equal to
 # the fill value unless told not to): in those an absent chunk always means a damaged store.
 EVERY_CHUNK_ATTR = "every_chunk_written"

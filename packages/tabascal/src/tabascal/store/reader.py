@@ -18,6 +18,7 @@ import zarr
 from zarr.codecs import Crc32cCodec
 
 from tabascal.observation.geometry import CircularOrbits
+from tabascal.observation.orbit_offsets import OffsetOrbits
 from tabascal.observation.tle import TleError, TleOrbits
 from tabascal.store.format import (
     EVERY_CHUNK_ATTR,
@@ -26,6 +27,7 @@ from tabascal.store.format import (
     FORMAT_VERSION,
     OLDER_STORE_CHECKED,
     ORBIT_FIELDS,
+    ORBIT_OFFSETS_ATTR,
     SCALAR_ATTRS,
     TLE_ATTR,
     TRUTH_PER_ANTENNA,
@@ -313,6 +315,18 @@ def _check_antennas(path, group: zarr.Group, info: StoreInfo) -> None:
 
 
 def _orbits(path, group: zarr.Group):
+    """The orbits as handed to a fit: the stored ones, displaced where the store says so."""
+    base = _stored_orbits(path, group)
+    offsets = group.attrs.get(ORBIT_OFFSETS_ATTR)
+    if offsets is None:
+        return base
+    try:
+        return OffsetOrbits(base, offsets["time_offset_s"], offsets["ric_offset_m"])
+    except (KeyError, TypeError, ValueError) as err:
+        _fail(path, f"attribute '{ORBIT_OFFSETS_ATTR}': {err}")
+
+
+def _stored_orbits(path, group: zarr.Group):
     attrs = dict(group.attrs)
     names = attrs.get("satellite_names")
     names = tuple(names) if names is not None else None

@@ -24,12 +24,14 @@ import numpy as np
 import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
+from tabascal.observation.orbit_offsets import OffsetOrbits
 from tabascal.observation.tle import TleOrbits
 from tabascal.store.format import (
     EVERY_CHUNK_ATTR,
     FORMAT,
     FORMAT_VERSION,
     ORBIT_FIELDS,
+    ORBIT_OFFSETS_ATTR,
     SCALAR_ATTRS,
     TLE_ATTR,
     TRUTH_DTYPES,
@@ -138,6 +140,7 @@ class ObservationWriter:
                 "metadata": m.metadata,
                 **{name: float(getattr(m, name)) for name in SCALAR_ATTRS},
                 **_tle_attrs(m),
+                **_offset_attrs(m.orbits),
             }
         )
         small = {
@@ -147,8 +150,9 @@ class ObservationWriter:
             "times_s": np.asarray(m.times_s, dtype=np.float64),
             "freqs_hz": np.asarray(m.freqs_hz, dtype=np.float64),
         }
-        if not isinstance(m.orbits, TleOrbits):
-            small |= {f"satellites/{f}": getattr(m.orbits, f) for f in ORBIT_FIELDS}
+        if not isinstance(_stored_orbits(m.orbits), TleOrbits):
+            orbits = _stored_orbits(m.orbits)
+            small |= {f"satellites/{f}": getattr(orbits, f) for f in ORBIT_FIELDS}
         for name, data in small.items():
             group.create_array(name, data=data, **ARRAY_OPTIONS)
         cube, chunks = (m.n_bl, m.n_freq, m.n_time), (self.chunk_rows, m.n_freq, m.n_time)
@@ -420,13 +424,28 @@ def clear_leftovers(path) -> None:
         )
 
 
+def _stored_orbits(orbits):
+    """The orbits a store holds: displaced orbits are stored as their base and offsets."""
+    return orbits.base if isinstance(orbits, OffsetOrbits) else orbits
+
+
+def _offset_attrs(orbits) -> dict:
+    if not isinstance(orbits, OffsetOrbits):
+        return {}
+    offsets = {
+        "time_offset_s": [float(t) for t in orbits.time_offset_s],
+        "ric_offset_m": [[float(x) for x in row] for row in orbits.ric_offset_m],
+    }
+    return {ORBIT_OFFSETS_ATTR: offsets}
+
+
 def _tle_attrs(meta: ObservationMeta) -> dict:
     """The TLE attribute of a store whose orbits are TLE element sets (else nothing).
 
     The orbits are rebuilt from the store's own epoch and sidereal angle when read, so they
     must be the observation's.
     """
-    orbits = meta.orbits
+    orbits = _stored_orbits(meta.orbits)
     if not isinstance(orbits, TleOrbits):
         return {}
     same_epoch = datetime.fromisoformat(orbits.epoch_utc) == datetime.fromisoformat(meta.epoch_utc)

@@ -1,0 +1,300 @@
+"""Learnable orbit corrections: a time offset and radial / in-track / cross-track offsets.
+
+The RFI model takes each satellite's delays at each antenna from its orbit: ``delay_us`` (n_ant,
+n_sat, n_time, 4), the delay relative to the array mean at each integration's centre and its
+first three time derivatives, and the centre phases ``phase = 2 pi f delay``. An element set's
+error shifts them; with ``orbits.fit`` the fit corrects each satellite's orbit by
+
+* ``time_offset``: a time offset dt_s (the satellite is where its orbit puts it dt_s later,
+  the antennas where they are), the along-track error of an element set;
+* ``ric``: that and constant offsets dx_s (m) along the satellite's radial, in-track and
+  cross-track directions (``observation.orbit_offsets``).
+
+Each delay order is expanded to second order in the offsets theta = (dt, dx):
+``d_k += g_k . theta + theta . H_k . theta / 2``, with the first and second derivatives g, H
+from central differences of the geometry itself (the displaced orbits' delays,
+``geometry.rfi_delays``), once on the host. Only the satellite moves: the delay is not the
+delay at t + dt, since the Earth's rotation and the phase centre's tracking stay put.
+Measured against the geometry recomputed for the displaced orbits (float64, the demo's array,
+a LEO satellite at 550 km; ``tests/test_orbit_corrections.py``): 0.2 s and 500 m radial
+within 1.5e-8 us of delay, 1.4e-5 rad of phase at 150 MHz; 0.2 s and 1 km along each
+direction within 1.1e-4 rad; 1 s alone within 2.2e-3 rad. The third-order terms grow as the
+cube of the offsets: corrections of several seconds or kilometres need orbits closer to the
+truth to start from (a newer element set).
+
+The centre phases move with the delay: ``phase += 2 pi f (d_0' - d_0)``, formed from the
+shift itself, not from the difference of two large delays. The parameters are whitened,
+``dt = time_sigma_s z_t``, ``dx = position_sigma_m z_x``, with z ~ N(0, 1) a priori.
+
+With ``fit: none`` (the default) the model has no orbit parameters and nothing here runs: the
+fit is the fixed-orbit one exactly. With corrections the delays change at every step, so the
+analytic groups' phase moments are formed at every step instead of kept (``rfi.phase_cache``
+is overridden, and ``summary.json`` says so).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tabascal.config import ConfigError, option_field
+from tabascal.model import _whitened
+from tabascal.observation import geometry
+from tabascal.observation.orbit_offsets import RIC, OffsetOrbits
+
+logger = logging.getLogger(__name__)
+
+ORBIT_FITS = ("none", "time_offset", "ric")
+
+# Default prior widths from an element set's age (days from its epoch to the observation):
+# an element set puts a LEO satellite about a kilometre off at its epoch, and the error grows
+# by kilometres a day, fastest along track. Circular orbits (the simulator's) have age 0.
+POSITION_SIGMA_M = 1000.0
+POSITION_SIGMA_M_PER_DAY = 1000.0
+ALONG_TRACK_SIGMA_M_PER_DAY = 3000.0
+
+# Central-difference steps of the derivatives: 0.1 s (a LEO satellite moves 750 m) and 100 m;
+# the second differences' rounding, 1e-16 of a delay of microseconds over h^2, stays far below
+# the terms they measure.
+STEP_S = 0.1
+STEP_M = 100.0
+
+
+@dataclass(frozen=True)
+class OrbitFitConfig:
+    """Which orbit corrections are fitted, and their prior widths (None: from the age)."""
+
+    fit: str = option_field(
+        "none",
+        "orbit corrections fitted per satellite: none; time_offset (an along-track time "
+        "offset); ric (that and radial / in-track / cross-track position offsets)",
+        choices=ORBIT_FITS,
+    )
+    time_sigma_s: float | None = option_field(
+        None,
+        "prior std of each satellite's time offset; null: the along-track error of an "
+        "element set of that age (1 km + 3 km per day) over the orbital speed",
+        "s",
+        min=1e-6,
+    )
+    position_sigma_m: float | None = option_field(
+        None,
+        "prior std of each position offset; null: 1 km + 1 km per day of the element set's age",
+        "m",
+        min=1e-3,
+    )
+
+
+class OrbitParams(NamedTuple):
+    """Whitened corrections: time (n_sat,); position (n_sat, 3) radial / in-track /
+    cross-track, or None (``fit: time_offset``)."""
+
+    time: jax.Array
+    position: jax.Array | None
+
+
+class OrbitConstants(NamedTuple):
+    """time_sigma_s, position_sigma_m: (n_sat,) prior widths. first: (n_ant, n_sat, n_time, 4,
+    n_par) and second: (..., n_par, n_par), each delay order's first and second derivatives
+    with respect to the offsets (dt in s, then radial, in-track, cross-track in m with
+    ``ric``: n_par 1 or 4), in us per unit."""
+
+    time_sigma_s: jax.Array
+    position_sigma_m: jax.Array
+    first: jax.Array
+    second: jax.Array
+
+
+def element_age_days(orbits, epoch_utc: str) -> np.ndarray:
+    """Days from each satellite's element set epoch to the observation start, (n_sat,) >= 0;
+    0 for orbits without element sets (circular ones)."""
+    epochs = getattr(orbits, "element_epochs", None)
+    if epochs is None:
+        return np.zeros(orbits.n_sat)
+    start = datetime.fromisoformat(str(epoch_utc))
+    return np.array([abs((start - e).total_seconds()) / 86400.0 for e in epochs()])
+
+
+def orbital_speed(orbits, times_s) -> np.ndarray:
+    """Each satellite's mean inertial speed over the observation (m/s), (n_sat,)."""
+    return np.linalg.norm(orbits.inertial(times_s, 1)[1], axis=-1).mean(axis=1)
+
+
+def prior_widths(config: OrbitFitConfig, meta) -> tuple[np.ndarray, np.ndarray]:
+    """(time_sigma_s, position_sigma_m), each (n_sat,): the config's, or from the age."""
+    age = element_age_days(meta.orbits, meta.epoch_utc)
+    if config.time_sigma_s is not None:
+        time_sigma = np.full(meta.n_sat, config.time_sigma_s)
+    else:
+        along = POSITION_SIGMA_M + ALONG_TRACK_SIGMA_M_PER_DAY * age
+        time_sigma = along / orbital_speed(meta.orbits, meta.times_s)
+    if config.position_sigma_m is not None:
+        position_sigma = np.full(meta.n_sat, config.position_sigma_m)
+    else:
+        position_sigma = POSITION_SIGMA_M + POSITION_SIGMA_M_PER_DAY * age
+    return time_sigma, position_sigma
+
+
+def _delays(meta, orbits) -> np.ndarray:
+    return geometry.rfi_delays(
+        meta.ant_itrf, orbits, meta.times_s, meta.gast0_rad, meta.ra_rad, meta.dec_rad, 3
+    )
+
+
+def _displaced_delays(meta, theta: np.ndarray) -> np.ndarray:
+    """delay_us of the orbits displaced by theta (n_par,): every satellite alike."""
+    dt = np.full(meta.n_sat, theta[0])
+    ric = np.zeros((meta.n_sat, 3))
+    ric[:, : theta.shape[0] - 1] = theta[1:]
+    return _delays(meta, OffsetOrbits(meta.orbits, dt, ric))
+
+
+def delay_derivatives(meta, n_par: int) -> tuple[np.ndarray, np.ndarray]:
+    """First and second derivatives of delay_us with respect to the first ``n_par`` offsets
+    (dt, radial, in-track, cross-track): (n_ant, n_sat, n_time, 4, n_par) and (..., n_par,
+    n_par), central differences with steps STEP_S and STEP_M (each satellite's delays depend
+    on its own orbit alone, so all are displaced at once)."""
+    steps = np.array([STEP_S, STEP_M, STEP_M, STEP_M][:n_par])
+    unit = np.eye(n_par) * steps
+
+    def at(*terms):
+        return _displaced_delays(meta, sum(terms, np.zeros(n_par)))
+
+    centre = at()
+    plus = [at(unit[i]) for i in range(n_par)]
+    minus = [at(-unit[i]) for i in range(n_par)]
+    first = np.stack([(plus[i] - minus[i]) / (2 * steps[i]) for i in range(n_par)], axis=-1)
+    second = np.empty((*centre.shape, n_par, n_par))
+    for i in range(n_par):
+        second[..., i, i] = (plus[i] - 2 * centre + minus[i]) / steps[i] ** 2
+        for j in range(i):
+            cross = at(unit[i], unit[j]) - at(unit[i], -unit[j])
+            cross = cross - at(-unit[i], unit[j]) + at(-unit[i], -unit[j])
+            second[..., i, j] = second[..., j, i] = cross / (4 * steps[i] * steps[j])
+    return first, second
+
+
+def make_constants(config: OrbitFitConfig, meta, real) -> OrbitConstants | None:
+    """The corrections' constants for observation metadata ``meta``; None with ``fit: none``
+    or no satellites."""
+    if config.fit == "none" or meta.n_sat == 0:
+        return None
+    time_sigma, position_sigma = prior_widths(config, meta)
+    first, second = delay_derivatives(meta, 1 if config.fit == "time_offset" else 4)
+    logger.info(
+        "orbit corrections (%s): time offset prior %s s, position prior %s m",
+        config.fit,
+        np.array2string(time_sigma, precision=3),
+        np.array2string(position_sigma, precision=0),
+    )
+    return OrbitConstants(
+        jnp.asarray(time_sigma, real),
+        jnp.asarray(position_sigma, real),
+        jnp.asarray(first, real),
+        jnp.asarray(second, real),
+    )
+
+
+def init(constants: OrbitConstants | None) -> OrbitParams | None:
+    """Zero corrections (the prior mean): the orbits as given."""
+    if constants is None:
+        return None
+    n_sat = constants.time_sigma_s.shape[0]
+    dtype = constants.time_sigma_s.dtype
+    position = None if constants.first.shape[-1] == 1 else jnp.zeros((n_sat, 3), dtype)
+    return OrbitParams(jnp.zeros((n_sat,), dtype), position)
+
+
+def prior(params: OrbitParams | None) -> jax.Array:
+    """Negative log prior |z|^2 / 2 (0 without corrections)."""
+    return _whitened.prior(params)
+
+
+def offsets(params: OrbitParams, constants: OrbitConstants):
+    """The corrections in physical units: time offset (n_sat,) s, position (n_sat, 3) m or
+    None."""
+    dt = constants.time_sigma_s * params.time
+    if params.position is None:
+        return dt, None
+    return dt, constants.position_sigma_m[:, None] * params.position
+
+
+def corrected(params, constants, phase, delay_us, freq_mhz):
+    """(phase, delay_us) of the corrected orbits; the inputs themselves when ``params`` is
+    None. phase: (n_ant, n_sat, n_freq, n_time) rad; delay_us: (n_ant, n_sat, n_time, 4);
+    freq_mhz: (n_freq,)."""
+    if params is None:
+        return phase, delay_us
+    dt, dx = offsets(params, constants)
+    theta = dt[:, None] if dx is None else jnp.concatenate([dt[:, None], dx], axis=1)
+    # The change of each order, formed directly (never as the difference of two delays).
+    change = jnp.einsum("astki,si->astk", constants.first, theta)
+    change += 0.5 * jnp.einsum("astkij,si,sj->astk", constants.second, theta, theta)
+    turns = freq_mhz[None, None, :, None] * change[:, :, None, :, 0]
+    return phase + 2 * np.pi * turns, delay_us + change
+
+
+#: The routes (``parallel.routes``) that carry orbit corrections: one device, and the baseline
+#: axis (with or without the reuse plan), which corrects the replicated per-antenna delays
+#: before its map. The source axis splits the delays by satellite and does not.
+ROUTES = ("none", "baseline", "reuse")
+
+
+def check_route(config: OrbitFitConfig, route_name: str) -> None:
+    """Refuse a route that does not carry orbit corrections, before any work."""
+    if config.fit != "none" and route_name not in ROUTES:
+        raise ConfigError(
+            f"orbits.fit {config.fit!r} runs on one device or the baseline axis; the "
+            f"{route_name} axis keeps the orbits fixed: set sharding.axis to none or "
+            "baseline, or orbits.fit: none"
+        )
+
+
+def summary(params: OrbitParams | None, constants: OrbitConstants | None, orbits) -> dict | None:
+    """The fitted corrections for summary.json: per satellite its time offset (s) and, with
+    ``ric``, its position offsets (m), each with its prior width; None with fixed orbits.
+    Where the handed orbits are a simulation's displaced ones (``OffsetOrbits``), each
+    satellite also gets ``exact``: the corrections that undo the displacement (minus it)."""
+    if params is None:
+        return None
+    dt, dx = (
+        np.asarray(v, np.float64) if v is not None else None for v in offsets(params, constants)
+    )
+    known = orbits if isinstance(orbits, OffsetOrbits) else None
+    entries = []
+    for s in range(orbits.n_sat):
+        entry = {
+            "name": orbits.label(s),
+            "time_offset_s": float(dt[s]),
+            "time_offset_prior_s": float(constants.time_sigma_s[s]),
+        }
+        if dx is not None:
+            entry["position_offset_m"] = dict(zip(RIC, map(float, dx[s]), strict=True))
+            entry["position_offset_prior_m"] = float(constants.position_sigma_m[s])
+        if known is not None:
+            exact = {"time_offset_s": -float(known.time_offset_s[s])}
+            if dx is not None:
+                exact["position_offset_m"] = dict(
+                    zip(RIC, map(float, -known.ric_offset_m[s]), strict=True)
+                )
+            entry["exact"] = exact
+        entries.append(entry)
+    fit = "time_offset" if dx is None else "ric"
+    return {"fit": fit, "satellites": entries}
+
+
+def table_extra(orbit_summary: dict | None) -> list[dict] | None:
+    """The fitted corrections of ``summary``'s entries, for the per-satellite table of
+    summary.json (``fitting.satellites.satellite_table``'s extra); None with fixed orbits."""
+    if orbit_summary is None:
+        return None
+    return [
+        {f"orbit_{k}": v for k, v in entry.items() if k != "name"}
+        for entry in orbit_summary["satellites"]
+    ]

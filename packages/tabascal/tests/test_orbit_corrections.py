@@ -1,0 +1,218 @@
+"""Orbit corrections: displaced orbits, the corrected delays against the geometry recomputed,
+exactness at zero, gradients against finite differences, priors, and the store round trip."""
+
+from datetime import UTC, datetime, timedelta
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tabascal.config import ConfigError, run_config
+from tabascal.fitting import job
+from tabascal.model import joint, orbit_corrections
+from tabascal.observation import geometry
+from tabascal.observation.orbit_offsets import OffsetOrbits
+from tabascal.simulate import simulate
+from tabascal.simulate.presets import observation_meta, simulation_config
+from tabascal.store import read_observation
+
+LEO = {
+    "seed": 2,
+    "array": {"n_stations": 8},
+    "observation": {"n_time": 30, "n_freq": 2},
+    "satellites": {"count": 2, "kinds": ["leo", "gps"], "eirp_dbw_hz": -65.0},
+}
+ERROR = {"time_offset_s": 0.2, "radial_m": 500.0}
+
+
+@pytest.fixture(scope="module")
+def meta():
+    return observation_meta("demo", LEO)
+
+
+@pytest.fixture(scope="module")
+def shifted_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("orbits") / "shifted.zarr"
+    satellites = {**LEO["satellites"], "orbit_error": ERROR}
+    simulate(simulation_config("demo", {**LEO, "satellites": satellites}), path)
+    return path
+
+
+def _delays(meta, orbits):
+    args = (meta.times_s, meta.gast0_rad, meta.ra_rad, meta.dec_rad, 3)
+    return geometry.rfi_delays(meta.ant_itrf, orbits, *args)
+
+
+def test_zero_offsets_are_the_base_orbits_exactly_and_a_time_offset_is_them_later(meta):
+    t = meta.times_s
+    base = meta.orbits.inertial(t, 3)
+    zero = OffsetOrbits(meta.orbits, [0.0], [0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(zero.inertial(t, 3), base)
+    later = OffsetOrbits(meta.orbits, [0.7], [0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(later.inertial(t, 3), meta.orbits.inertial(t + 0.7, 3))
+
+
+def test_ric_offsets_lie_along_the_frame_and_their_derivatives_match_differences(meta):
+    t = meta.times_s
+    ric = np.array([[300.0, -200.0, 150.0], [-50.0, 400.0, 80.0]])
+    moved = OffsetOrbits(meta.orbits, np.zeros(2), ric)
+    x, v = meta.orbits.inertial(t, 1)
+    e_r = x / np.linalg.norm(x, axis=-1, keepdims=True)  # the frame by hand
+    h = np.cross(x, v)
+    e_c = h / np.linalg.norm(h, axis=-1, keepdims=True)
+    e_i = np.cross(e_c, e_r)
+    shift = moved.inertial(t)[0] - x
+    for c, e in enumerate((e_r, e_i, e_c)):
+        want = np.broadcast_to(ric[:, c, None], shift.shape[:2])
+        # measured 1.2e-9 m (rounding of 7e6 m positions)
+        np.testing.assert_allclose(np.sum(shift * e, axis=-1), want, rtol=0, atol=1e-6)
+    # Each derivative against central differences of the one below (step 0.5 s): the circular
+    # orbits' frame turns uniformly, so the analytic derivatives are exact and the differences
+    # carry the step's truncation, measured 5.0e-8 of the derivative's size.
+    h = 0.5
+    above, below = moved.inertial(t + h, 3), moved.inertial(t - h, 3)
+    exact = moved.inertial(t, 3)
+    for k in range(1, 4):
+        diff = (above[k - 1] - below[k - 1]) / (2 * h)
+        scale = np.abs(exact[k]).max()
+        assert np.abs(diff - exact[k]).max() < 5e-6 * scale, k
+
+
+@pytest.mark.parametrize(
+    ("dt", "ric", "delay_us", "phase_rad"),
+    [
+        # measured 1.4e-8 us and 1.3e-5 rad
+        (0.2, [0.0, 0.0, 0.0], 1e-6, 1e-3),
+        # measured 1.5e-8 us and 1.4e-5 rad (the LEO pass of the orbit-error benchmark)
+        (0.2, [500.0, 0.0, 0.0], 1e-6, 1e-3),
+        # measured 1.1e-7 us and 1.1e-4 rad
+        (0.2, [1000.0, 1000.0, 1000.0], 1e-5, 1e-2),
+    ],
+)
+def test_corrected_delays_match_the_geometry_of_the_displaced_orbits(
+    meta, x64, dt, ric, delay_us, phase_rad
+):
+    base = _delays(meta, meta.orbits)
+    truth = _delays(meta, OffsetOrbits(meta.orbits, [dt], ric))
+    first, second = orbit_corrections.delay_derivatives(meta, 4)
+    unit = jnp.ones(meta.n_sat)
+    constants = orbit_corrections.OrbitConstants(
+        unit, unit, jnp.asarray(first), jnp.asarray(second)
+    )
+    params = orbit_corrections.OrbitParams(
+        jnp.full(meta.n_sat, dt), jnp.asarray(np.broadcast_to(ric, (meta.n_sat, 3)))
+    )
+    freq_mhz = meta.freqs_hz * 1e-6
+    phase, delay = orbit_corrections.corrected(
+        params,
+        constants,
+        jnp.asarray(geometry.centre_phase(base, meta.freqs_hz)),
+        jnp.asarray(base),
+        jnp.asarray(freq_mhz),
+    )
+    assert np.abs(np.asarray(delay) - truth).max() < delay_us
+    want = 2 * np.pi * freq_mhz[None, None, :, None] * truth[:, :, None, :, 0]
+    wrapped = (np.asarray(phase) - want + np.pi) % (2 * np.pi) - np.pi
+    assert np.abs(wrapped).max() < phase_rad
+    # the correction is not negligible: it moves the LEO's phase by turns
+    assert np.abs(np.asarray(phase) - geometry.centre_phase(base, meta.freqs_hz)).max() > 1.0
+
+
+def _model(store, fit, precision="single", **rfi):
+    config = run_config.load({"precision": precision, "orbits": {"fit": fit}, "rfi": rfi})
+    return joint.build(read_observation(store), run_config.model_config(config))
+
+
+def test_zero_corrections_reproduce_the_fixed_orbit_model_exactly(shifted_store):
+    fixed, corrected = _model(shifted_store, "none"), _model(shifted_store, "ric")
+    assert fixed.params.orbits is None and fixed.constants.orbits is None
+    assert corrected.params.orbits is not None
+    a = joint.predict(fixed.params, fixed.constants, fixed.spec)
+    b = joint.predict(corrected.params, corrected.constants, corrected.spec)
+    np.testing.assert_array_equal(np.asarray(a.model), np.asarray(b.model))
+    loss_a = joint.loss(fixed.params, (fixed.constants, fixed.data), fixed.spec)[0]
+    loss_b = joint.loss(corrected.params, (corrected.constants, corrected.data), corrected.spec)[0]
+    assert float(loss_a) == float(loss_b)
+
+
+@pytest.mark.parametrize("operator", ["quadrature", "analytic"])
+def test_loss_gradient_in_each_orbit_parameter_matches_finite_differences(
+    shifted_store, x64, operator
+):
+    limit = {"quadrature": 4096, "analytic": 0}[operator]
+    model = _model(shifted_store, "ric", precision="double", quadrature_limit=limit)
+    assert {g.operator for g in model.spec.groups} == {operator}
+    # Away from zero, so that the second-order terms take part.
+    start = orbit_corrections.OrbitParams(
+        jnp.array([0.3, -0.2]), jnp.array([[0.2, -0.1, 0.3], [0.1, 0.2, -0.2]])
+    )
+    params = model.params._replace(orbits=start)
+
+    @jax.jit
+    def loss(o):
+        value = joint.loss(params._replace(orbits=o), (model.constants, model.data), model.spec)
+        return value[0]
+
+    grad = jax.grad(loss)(start)
+    h = 1e-5
+    got, want = [], []
+    for leaf, name in ((0, "time"), (1, "position")):
+        flat = np.asarray(start[leaf]).reshape(-1)
+        got.extend(np.asarray(grad[leaf]).reshape(-1))
+        for i in range(flat.size):
+            step = np.zeros_like(flat)
+            step[i] = h
+            up = start._replace(**{name: jnp.asarray((flat + step).reshape(start[leaf].shape))})
+            down = start._replace(**{name: jnp.asarray((flat - step).reshape(start[leaf].shape))})
+            want.append((float(loss(up)) - float(loss(down))) / (2 * h))
+    got, want = np.array(got), np.array(want)
+    error = np.abs(got - want).max() / np.abs(want).max()
+    print(f"{operator}: gradient against central differences {error:.1e} of the largest")
+    # measured 8.2e-9 (quadrature): the differences' rounding, 1e-16 of the
+    # loss over the step
+    assert error < 1e-6
+    assert np.abs(want).min() > 0  # every offset moves the loss
+
+
+def test_prior_widths_follow_the_element_set_age_and_the_config(meta):
+    config = orbit_corrections.OrbitFitConfig(fit="ric")
+    time_sigma, position_sigma = orbit_corrections.prior_widths(config, meta)
+    # circular orbits: age 0, so 1 km, and 1 km over the orbital speed, by hand
+    speed = np.linalg.norm(meta.orbits.inertial(meta.times_s, 1)[1], axis=-1).mean(axis=1)
+    np.testing.assert_allclose(position_sigma, 1000.0)
+    np.testing.assert_allclose(time_sigma, 1000.0 / speed, rtol=1e-12)
+    assert 0.1 < time_sigma[0] < 0.2  # the LEO, at about 7.6 km/s
+    given = orbit_corrections.OrbitFitConfig(fit="ric", time_sigma_s=0.5, position_sigma_m=200.0)
+    np.testing.assert_array_equal(orbit_corrections.prior_widths(given, meta)[0], [0.5, 0.5])
+
+    class Aged:  # element sets 2 and 0.5 days before the observation
+        n_sat = 2
+        epoch = datetime(2026, 1, 1, tzinfo=UTC)
+
+        def element_epochs(self):
+            return [self.epoch - timedelta(days=2), self.epoch - timedelta(days=0.5)]
+
+    ages = orbit_corrections.element_age_days(Aged(), Aged.epoch.isoformat())
+    np.testing.assert_allclose(ages, [2.0, 0.5], rtol=1e-12)
+
+
+def test_the_orbit_prior_is_half_the_squared_whitened_offsets():
+    params = orbit_corrections.OrbitParams(jnp.array([1.0, -2.0]), jnp.array([[0.5, 0, 0]] * 2))
+    assert float(orbit_corrections.prior(params)) == pytest.approx(0.5 * (1 + 4 + 0.25 + 0.25))
+    assert float(orbit_corrections.prior(None)) == 0.0
+
+
+def test_a_store_keeps_the_true_orbits_and_hands_the_displaced_ones(shifted_store, meta):
+    obs = read_observation(shifted_store)
+    assert isinstance(obs.meta.orbits, OffsetOrbits)
+    np.testing.assert_array_equal(obs.meta.orbits.time_offset_s, [0.2, 0.2])
+    np.testing.assert_array_equal(obs.meta.orbits.ric_offset_m, [[500.0, 0, 0]] * 2)
+    np.testing.assert_array_equal(obs.meta.orbits.base.altitude_m, meta.orbits.altitude_m)
+
+
+def test_orbit_corrections_on_a_sharded_route_are_refused_before_any_work(shifted_store, tmp_path):
+    config = run_config.load({"orbits": {"fit": "time_offset"}})
+    with pytest.raises(ConfigError, match=r"the source axis keeps the orbits fixed"):
+        job.run(read_observation(shifted_store), tmp_path / "fit", config, shard_axis="source")
+    assert not (tmp_path / "fit").exists()

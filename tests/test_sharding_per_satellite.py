@@ -1,0 +1,88 @@
+"""rfi_vis_by_satellite and the per-satellite table of a sharded ``tabascal run`` on 4 virtual
+devices equal the unsharded run's: the baseline axis (written block by block, with and without
+the reuse plan) and the source axis."""
+
+import json
+
+import numpy as np
+import pytest
+import zarr
+from conftest import require_devices
+
+from tabascal.cli import main
+
+N_DEVICES = 4
+# quadrature_limit 1: the baselines needing 2 samples per integration go to the analytic
+# operator, whose phase moments (with a satellite axis) the run keeps, sharded by rows.
+CONFIG = """\
+precision: double
+fit:
+  steps: 3
+output:
+  plot_baselines: 1
+  per_satellite: always
+rfi:
+  max_groups: 2
+  quadrature_limit: 1
+  segments: 1
+  terms: 3
+  cubic_terms: 1
+"""
+
+
+@pytest.fixture(scope="module")
+def store(small_store):
+    require_devices(N_DEVICES)
+    return small_store
+
+
+def _run(store, out, config, *extra):
+    argv = ["run", "-c", str(config), "--data", str(store), "-o", str(out), "-q"]
+    assert main([*argv, "--devices", str(N_DEVICES), *extra]) == 0
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_sharded_runs_write_the_per_satellite_cubes_of_the_unsharded_run(store, tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(CONFIG)
+    runs = {
+        "none": ("--shard-axis", "none"),
+        "baseline": ("--shard-axis", "baseline"),
+        "reuse": ("--shard-axis", "baseline", "--reuse-plan"),
+        "source": ("--shard-axis", "source"),
+    }
+    summaries = {name: _run(store, tmp_path / name, config, *args) for name, args in runs.items()}
+    plain = summaries["none"]
+    assert plain["model"]["rfi_phase_cache"]["groups"]["analytic t1 f2"]["kept"]
+    assert summaries["baseline"]["read_by_block"] and summaries["baseline"]["n_devices"] == 4
+    want = np.asarray(
+        zarr.open_group(str(tmp_path / "none" / "results.zarr"), mode="r")["rfi_vis_by_satellite"]
+    )
+    assert want.shape == (2, 28, 2, 30) and want.dtype == np.complex128
+    scale = np.max(np.abs(want))
+    # float64 fits after 3 steps, the parameters apart by what each route's rounding makes of
+    # them (as in test_sharding_run). Measured, cubes relative to their largest value and the
+    # table's figures relative: baseline 4.1e-16 and 2.2e-16, reuse 4.7e-16 and 1.1e-16,
+    # source 7.3e-12 and 2.0e-12 (the source axis sums its devices' cubes in another order,
+    # which the fit then amplifies).
+    bounds = {"baseline": 5e-14, "reuse": 5e-14, "source": 1e-9}
+    for name, bound in bounds.items():
+        got = zarr.open_group(str(tmp_path / name / "results.zarr"), mode="r")
+        got = np.asarray(got["rfi_vis_by_satellite"])
+        apart = np.max(np.abs(got - want)) / scale
+        assert got.shape == want.shape
+        # Each row nearest the same row of the plain run: no permutation left in place.
+        distance = np.abs(got[:, :, None] - want[:, None]).sum(axis=(0, 3, 4))
+        np.testing.assert_array_equal(np.argmin(distance, axis=1), np.arange(want.shape[1]))
+        assert summaries[name]["rfi_vis_by_satellite"] == plain["rfi_vis_by_satellite"]
+        figures = []
+        for entry, reference in zip(
+            summaries[name]["satellites"], plain["satellites"], strict=True
+        ):
+            assert entry["name"] == reference["name"]
+            assert entry["in_view_fraction"] == reference["in_view_fraction"]
+            for key in ("peak_over_noise", "rms_over_noise"):
+                figures.append(abs(entry[key] / reference[key] - 1))
+        print(f"{name}: cubes {apart:.1e}, table {max(figures):.1e} from one device's")
+        assert apart <= bound and max(figures) <= bound, name
+        assert (tmp_path / name / "satellites.png").exists()
