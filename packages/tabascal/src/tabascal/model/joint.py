@@ -450,7 +450,16 @@ def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None 
         freq_mhz=jnp.asarray(meta.freqs_hz * 1e-6, real),
         a1=jnp.asarray(meta.a1, jnp.int32),
         a2=jnp.asarray(meta.a2, jnp.int32),
-        orbits=orbit_corrections.make_constants(config.orbits, meta, real),
+        orbits=orbit_corrections.make_constants(
+            config.orbits,
+            meta,
+            real,
+            factor=(
+                (lambda m: rfi_antenna_factor(m, in_view))
+                if config.rfi_signal.signal == "shared"
+                else None
+            ),
+        ),
     )
     grid = sky.make_grid(
         config.sky, geom.sky_fringe_rate_hz, n_freq, n_time, meta.chan_width, meta.int_time
@@ -491,11 +500,15 @@ def _rfi_start_params(obs, config: ModelConfig, frame: Frame, init: str, level: 
     if init != "fringe" or not obs.n_sat:
         return frame.rfi
     c = frame.constants
+    # The orbits as the corrections start them (the time-offset search's).
+    phase, delay_us = orbit_corrections.corrected(
+        frame.orbits, c.orbits, c.phase, c.delay_us, c.freq_mhz
+    )
     estimate = rfi_estimate.estimate_rfi_signal(
         np.asarray(obs.vis),
         np.asarray(obs.flags, bool),
-        np.asarray(c.phase, np.float64),
-        np.asarray(c.delay_us, np.float64),
+        np.asarray(phase, np.float64),
+        np.asarray(delay_us, np.float64),
         np.asarray(obs.a1),
         np.asarray(obs.a2),
         obs.freqs_hz,
@@ -532,8 +545,15 @@ def build(obs, config: ModelConfig, *, init: str = "data", seed: int = 0) -> Mod
     # With no satellites the RFI signal has no elements and its scale is never used.
     level = config.rfi_sigma or (stats.rfi_level(obs.n_sat) if obs.n_sat else 1.0)
     frame = model_frame(obs, config, stats.snr, level, init, seed)
+    if frame.orbits is not None and init in FROM_DATA_INITS:
+        offsets = orbit_corrections.search_time_offsets(
+            vis, flags, obs.a1, obs.a2, obs.freqs_hz, frame.constants.phase, frame.constants.orbits
+        )
+        frame = frame._replace(orbits=orbit_corrections.init(frame.constants.orbits, offsets))
     rfi_params = _rfi_start_params(obs, config, frame, init, level)
-    rfi_start = jax.jit(predict_rfi, static_argnums=2)(rfi_params, frame.constants, frame.spec)
+    rfi_start = jax.jit(predict_rfi, static_argnums=2)(
+        rfi_params, frame.constants, frame.spec, frame.orbits
+    )
     sky_mean = np.asarray(sky.mean_from_data(vis - np.asarray(rfi_start), flags))
     sky_sigma = config.sky_sigma or max(MeanPower.from_rows(sky_mean).rms, stats.noise_median)
     sky_c = sky.make_constants(
@@ -611,12 +631,22 @@ def abstract_model(
     )
 
 
+def corrected_signal(constants: ModelConstants, orbit_params):
+    """The RFI signal's constants with the shared signal's factor moved with the orbit
+    corrections (the constants themselves with fixed orbits or the per-antenna signal)."""
+    signal = constants.rfi_signal
+    if orbit_params is None:
+        return signal
+    factor = orbit_corrections.corrected_factor(orbit_params, constants.orbits, signal.factor)
+    return signal._replace(factor=factor)
+
+
 def predict_rfi(
     rfi_params, constants: ModelConstants, spec: ModelSpec, orbit_params=None
 ) -> jax.Array:
     """RFI visibilities (n_bl, n_freq, n_time) alone, before the gains; orbit_params: the
     orbit corrections (``ModelParams.orbits``), None for the orbits as given."""
-    amp = rfi_signal.forward(rfi_params, constants.rfi_signal)
+    amp = rfi_signal.forward(rfi_params, corrected_signal(constants, orbit_params))
     phase, delay_us = orbit_corrections.corrected(
         orbit_params, constants.orbits, constants.phase, constants.delay_us, constants.freq_mhz
     )

@@ -34,6 +34,7 @@ is overridden, and ``summary.json`` says so).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -109,6 +110,8 @@ class OrbitConstants(NamedTuple):
     position_sigma_m: jax.Array
     first: jax.Array
     second: jax.Array
+    factor_first: jax.Array | None = None
+    factor_second: jax.Array | None = None
 
 
 def element_age_days(orbits, epoch_utc: str) -> np.ndarray:
@@ -147,24 +150,26 @@ def _delays(meta, orbits) -> np.ndarray:
     )
 
 
-def _displaced_delays(meta, theta: np.ndarray) -> np.ndarray:
-    """delay_us of the orbits displaced by theta (n_par,): every satellite alike."""
+def displaced(meta, theta: np.ndarray):
+    """``meta`` with its orbits displaced by theta (n_par,) = (dt, radial, in-track,
+    cross-track)[:n_par], every satellite alike."""
     dt = np.full(meta.n_sat, theta[0])
     ric = np.zeros((meta.n_sat, 3))
     ric[:, : theta.shape[0] - 1] = theta[1:]
-    return _delays(meta, OffsetOrbits(meta.orbits, dt, ric))
+    return dataclasses.replace(meta, orbits=OffsetOrbits(meta.orbits, dt, ric))
 
 
-def delay_derivatives(meta, n_par: int) -> tuple[np.ndarray, np.ndarray]:
-    """First and second derivatives of delay_us with respect to the first ``n_par`` offsets
-    (dt, radial, in-track, cross-track): (n_ant, n_sat, n_time, 4, n_par) and (..., n_par,
-    n_par), central differences with steps STEP_S and STEP_M (each satellite's delays depend
-    on its own orbit alone, so all are displaced at once)."""
+def derivatives(of, meta, n_par: int) -> tuple[np.ndarray, np.ndarray]:
+    """First and second derivatives of ``of(meta)`` (an array of the geometry, e.g. the
+    delays) with respect to the first ``n_par`` offsets (dt, radial, in-track, cross-track):
+    (*shape, n_par) and (*shape, n_par, n_par), central differences with steps STEP_S and
+    STEP_M. Each satellite's geometry depends on its own orbit alone, so all are displaced
+    at once."""
     steps = np.array([STEP_S, STEP_M, STEP_M, STEP_M][:n_par])
     unit = np.eye(n_par) * steps
 
     def at(*terms):
-        return _displaced_delays(meta, sum(terms, np.zeros(n_par)))
+        return of(displaced(meta, sum(terms, np.zeros(n_par))))
 
     centre = at()
     plus = [at(unit[i]) for i in range(n_par)]
@@ -180,35 +185,115 @@ def delay_derivatives(meta, n_par: int) -> tuple[np.ndarray, np.ndarray]:
     return first, second
 
 
-def make_constants(config: OrbitFitConfig, meta, real) -> OrbitConstants | None:
+def delay_derivatives(meta, n_par: int) -> tuple[np.ndarray, np.ndarray]:
+    """``derivatives`` of delay_us: (n_ant, n_sat, n_time, 4, n_par) and (..., n_par, n_par)."""
+    return derivatives(lambda m: _delays(m, m.orbits), meta, n_par)
+
+
+def make_constants(config: OrbitFitConfig, meta, real, factor=None) -> OrbitConstants | None:
     """The corrections' constants for observation metadata ``meta``; None with ``fit: none``
-    or no satellites."""
+    or no satellites. factor: None, or the shared RFI signal's per-antenna factor as a
+    function of the metadata (``joint.rfi_antenna_factor``), whose derivatives the
+    corrections then carry too: the beam's voltage towards a satellite moves with its orbit."""
     if config.fit == "none" or meta.n_sat == 0:
         return None
     time_sigma, position_sigma = prior_widths(config, meta)
-    first, second = delay_derivatives(meta, 1 if config.fit == "time_offset" else 4)
+    n_par = 1 if config.fit == "time_offset" else 4
+    first, second = delay_derivatives(meta, n_par)
+    factor_first = factor_second = None
+    if factor is not None:
+        factor_first, factor_second = derivatives(factor, meta, n_par)
     logger.info(
         "orbit corrections (%s): time offset prior %s s, position prior %s m",
         config.fit,
         np.array2string(time_sigma, precision=3),
         np.array2string(position_sigma, precision=0),
     )
+
+    def put(x):
+        return None if x is None else jnp.asarray(x, real)
+
     return OrbitConstants(
-        jnp.asarray(time_sigma, real),
-        jnp.asarray(position_sigma, real),
-        jnp.asarray(first, real),
-        jnp.asarray(second, real),
+        put(time_sigma),
+        put(position_sigma),
+        put(first),
+        put(second),
+        put(factor_first),
+        put(factor_second),
     )
 
 
-def init(constants: OrbitConstants | None) -> OrbitParams | None:
-    """Zero corrections (the prior mean): the orbits as given."""
+# The time-offset search (``search_time_offsets``): its grid's phase step on the fastest
+# baseline (rad), its span in prior widths and its most points.
+SEARCH_PHASE_STEP = 0.25
+SEARCH_SPAN = 3.0
+SEARCH_MOST_POINTS = 4001
+
+
+def search_time_offsets(vis, flags, a1, a2, freqs_hz, phase, constants: OrbitConstants):
+    """Each satellite's time offset (s) that best stops its fringe in the data, (n_sat,).
+
+    A time offset's phase error grows with the baseline (0.2 s moves a LEO satellite's fringe
+    by about a turn on 1.5 km at 150 MHz, by several on 10 km): the loss is then a comb in
+    dt, and a gradient from zero finds the nearest tooth. So the fit's corrections start from
+    a search: for dt on a grid over +-SEARCH_SPAN prior widths, fine enough that the fastest
+    baseline's phase moves by SEARCH_PHASE_STEP rad per point, the data are stopped for the
+    satellite's fringe with the corrected centre phases. Stopped at the right orbit, a
+    satellite's visibility on baseline (p, q) is ``b_p b_q |u|^2 / (r_p r_q)``, real: the
+    station beam's voltage b is real (a symmetric station), as is the range. The statistic
+    is ``sum Re(z^2) = sum |z|^2 cos(2 psi)`` over the stopped visibilities z of phase psi,
+    largest where they are real of either sign; the sky and the other satellites keep
+    turning and average out. The position offsets start at zero. Host-side numpy, float64.
+
+    vis, flags: (n_bl, n_freq, n_time); phase: (n_ant, n_sat, n_freq, n_time) centre phases of
+    the orbits as given (rad).
+    """
+    vis = np.where(np.asarray(flags, bool), 0, np.asarray(vis, np.complex128))
+    a1, a2 = np.asarray(a1), np.asarray(a2)
+    f_mhz = np.asarray(freqs_hz, np.float64)[None, :, None] * 1e-6
+    rate = np.asarray(constants.first, np.float64)[..., 0, 0]  # (n_ant, n_sat, n_time) us/s
+    curve = np.asarray(constants.second, np.float64)[..., 0, 0, 0]
+    base = np.asarray(phase, np.float64)
+    sigma = np.asarray(constants.time_sigma_s, np.float64)
+    best = np.zeros(rate.shape[1])
+    for s in range(rate.shape[1]):
+        # rad of phase per second of offset on the fastest baseline
+        fastest = 2 * np.pi * f_mhz.max() * np.abs(rate[a1, s] - rate[a2, s]).max()
+        half = SEARCH_SPAN * sigma[s]
+        n = int(np.ceil(half * fastest / SEARCH_PHASE_STEP))
+        n = min(n, SEARCH_MOST_POINTS // 2)
+        if n == 0:
+            continue
+        grid = np.linspace(-half, half, 2 * n + 1)
+        power = np.empty(grid.shape)
+        for k, dt in enumerate(grid):
+            shift = rate[:, s] * dt + curve[:, s] * dt**2 / 2  # (n_ant, n_time) us
+            ant = base[:, s] + 2 * np.pi * f_mhz * shift[:, None, :]  # (n_ant, n_freq, n_time)
+            stopped = vis * np.exp(-1j * (ant[a1] - ant[a2]))
+            power[k] = np.sum(np.real(stopped**2))
+        best[s] = grid[int(np.argmax(power))]
+        logger.info(
+            "time-offset search for satellite %d: %d offsets over +-%.3g s, best %+.4f s",
+            s,
+            grid.size,
+            half,
+            best[s],
+        )
+    return best
+
+
+def init(constants: OrbitConstants | None, time_offset_s=None) -> OrbitParams | None:
+    """The corrections' starting point: zero (the prior mean, the orbits as given), or the
+    time offsets ``time_offset_s`` (n_sat,) s with zero position offsets."""
     if constants is None:
         return None
     n_sat = constants.time_sigma_s.shape[0]
     dtype = constants.time_sigma_s.dtype
     position = None if constants.first.shape[-1] == 1 else jnp.zeros((n_sat, 3), dtype)
-    return OrbitParams(jnp.zeros((n_sat,), dtype), position)
+    time = jnp.zeros((n_sat,), dtype)
+    if time_offset_s is not None:
+        time = jnp.asarray(np.asarray(time_offset_s) / np.asarray(constants.time_sigma_s), dtype)
+    return OrbitParams(time, position)
 
 
 def prior(params: OrbitParams | None) -> jax.Array:
@@ -238,6 +323,19 @@ def corrected(params, constants, phase, delay_us, freq_mhz):
     change += 0.5 * jnp.einsum("astkij,si,sj->astk", constants.second, theta, theta)
     turns = freq_mhz[None, None, :, None] * change[:, :, None, :, 0]
     return phase + 2 * np.pi * turns, delay_us + change
+
+
+def corrected_factor(params, constants, factor):
+    """The shared RFI signal's per-antenna factor (n_ant, n_sat, n_freq, n_time) for the
+    corrected orbits, to second order; ``factor`` itself without corrections or without the
+    factor's derivatives."""
+    if params is None or constants.factor_first is None:
+        return factor
+    dt, dx = offsets(params, constants)
+    theta = dt[:, None] if dx is None else jnp.concatenate([dt[:, None], dx], axis=1)
+    change = jnp.einsum("asfti,si->asft", constants.factor_first, theta)
+    change += 0.5 * jnp.einsum("asftij,si,sj->asft", constants.factor_second, theta, theta)
+    return factor + change
 
 
 #: The routes (``parallel.routes``) that carry orbit corrections: one device, and the baseline

@@ -412,7 +412,7 @@ def predict_rfi(
     )
     vis = mapped(
         rfi_params,
-        constants.rfi_signal,
+        joint.corrected_signal(constants, orbit_params),
         phase,
         delay_us,
         constants.freq_mhz,
