@@ -4,7 +4,12 @@ Within a cell each antenna's amplitude is a polynomial in x = 2 tau / int_time, 
 pair's phase difference is the cubic ``phi0 + a x + b x**2 + c x**3`` of the delay's Taylor
 series (orders above 3 dropped). The time average is then exact:
 ``sum_{j,k} c_p[j] conj(c_q[k]) W_{j+k}`` with the phase moments ``W_m`` of
-:func:`ri_kernels._phase_moments.phase_moments`. Only ``amp`` is differentiated.
+:func:`ri_kernels._phase_moments.phase_moments`.
+
+``amp``, ``phase`` and ``delay_us`` are differentiated. The cubic is linear in the pair's
+phase and delay differences, and ``dW_m/d(phi0, a, b, c) = i W_{m + (0, 1, 2, 3)}``: a phase
+or delay tangent costs three more moments (none for a phase alone), formed in the same pass,
+never a pass back through the moments' recurrences (:func:`_pair_sum`, a custom JVP).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.ad_checkpoint import checkpoint_name
+from jax.custom_derivatives import SymbolicZero
 
 from ri_kernels import _two_float as tf
 from ri_kernels import _validate
@@ -37,6 +43,8 @@ from ri_kernels._phase_moments import (
 _FN = "analytic_eval_with_indices"
 _HIGHEST = jax.lax.Precision.HIGHEST
 _MOMENTS = "phase_moments"
+# The moments W_{n_mom}.. that only the derivatives in phase and delay use.
+_SLOPES = "phase_moment_slopes"
 
 # Real values phase_moments keeps per element and segment (its quadratic moments, and the
 # stacked carries of its downward and elimination recurrences: about eight per moment
@@ -99,33 +107,62 @@ def _coefficients(signal, tables, antenna, cell_f, cell_t):
     return jnp.einsum("bcklr,cku,clm->mbcru", stencil, w_freq, g_time, precision=_HIGHEST)
 
 
-def _phase_cubic(signal, tables, half_time, p, q, cell_f, cell_t):
-    """Pair phase ``phi0 + a x + b x**2 + c x**3`` over the cell, x in [-1, 1].
+class _PairEnds(NamedTuple):
+    """The centre phases (rad), (B, C, n_rfi, 1), and delays (us, us/s**k; orders 0..3),
+    (B, C, n_rfi, 1, 4), of the ends p and q of a block's pairs at its cells."""
 
-    Returns a :class:`Cubic` (rad) of (B, C, n_rfi, n_int_f) arrays in the working dtype,
-    from the differences of the centre phases and of the delay orders 0..3 of p and q;
-    nu = freq_mhz + dnu_mhz (MHz), delays in us: MHz x us = cycles. With jax's 64-bit mode
-    off, the same cubic in turns from :func:`_phase_turns`.
-    """
+    phase_p: jax.Array
+    phase_q: jax.Array
+    delay_p: jax.Array
+    delay_q: jax.Array
+
+
+class _CellConstants(NamedTuple):
+    """A block's cells' channel centres freq_mhz (C,) and fine offsets dnu_mhz (n_int_f,)
+    (MHz), and half the integration time half_time (s, a scalar)."""
+
+    freq_mhz: jax.Array
+    dnu_mhz: jax.Array
+    half_time: jax.Array
+
+
+def _pair_ends(signal, tables, int_time, p, q, cell_f, cell_t):
+    """The :class:`_PairEnds` and :class:`_CellConstants` of pairs (p, q) at cells
+    (cell_f, cell_t)."""
+    phase_p, phase_q = (signal.phase[i[:, None], cell_f, cell_t][..., None] for i in (p, q))
+    delay_p, delay_q = (signal.delay[i[:, None], cell_t][..., None, :] for i in (p, q))
+    cells = _CellConstants(tables.freq_mhz[cell_f], tables.dnu_mhz, int_time / 2)
+    return _PairEnds(phase_p, phase_q, delay_p, delay_q), cells
+
+
+def _phase_cubic(ends, cells):
+    """Pair phase ``phi0 + a x + b x**2 + c x**3`` over the cell, x in [-1, 1], of
+    :class:`_PairEnds` ``ends``: a :class:`Cubic` (rad) of (B, C, n_rfi, n_int_f) arrays in the
+    working dtype or, with jax's 64-bit mode off, the same cubic in turns from
+    :func:`_phase_turns`."""
     work = jax.dtypes.canonicalize_dtype(np.float64)
     if work == np.float32:
-        return _phase_turns(signal, tables, half_time, p, q, cell_f, cell_t)
-    dnu_mhz = tables.dnu_mhz.astype(work)
-    phase = signal.phase.astype(work)
-    delay = signal.delay.astype(work)
-    half_time = half_time.astype(work)
-    d_phase = phase[p[:, None], cell_f, cell_t] - phase[q[:, None], cell_f, cell_t]
-    d_delay = delay[p[:, None], cell_t] - delay[q[:, None], cell_t]
-    d = [d_delay[..., k, None] for k in range(4)]  # (B, C, n_rfi, 1)
-    nu = (tables.freq_mhz[cell_f].astype(work)[:, None] + dnu_mhz)[:, None, :]  # (C, 1, n_int_f)
-    phi0 = d_phase[..., None] + 2 * math.pi * dnu_mhz * d[0]
+        return _phase_turns(ends, cells)
+    ends, cells = jax.tree.map(lambda v: v.astype(work), (ends, cells))
+    return _radian_cubic(ends.phase_p - ends.phase_q, ends.delay_p - ends.delay_q, cells)
+
+
+def _radian_cubic(d_phase, d_delay, cells):
+    """The :class:`Cubic` (rad) of phase differences d_phase (B, C, n_rfi, 1) and delay
+    differences d_delay (B, C, n_rfi, 1, 4) at :class:`_CellConstants` ``cells``:
+    nu = freq_mhz + dnu_mhz (MHz), delays in us: MHz x us = cycles. Linear in the differences,
+    so that it also maps their tangents to the cubic's."""
+    d = [d_delay[..., k] for k in range(4)]  # (B, C, n_rfi, 1)
+    nu = (cells.freq_mhz[:, None] + cells.dnu_mhz)[:, None, :]  # (C, 1, n_int_f)
+    half_time = cells.half_time
+    phi0 = d_phase + 2 * math.pi * cells.dnu_mhz * d[0]
     a = 2 * math.pi * nu * d[1] * half_time
     b = math.pi * nu * d[2] * half_time**2
     c = (math.pi / 3) * nu * d[3] * half_time**3
     return Cubic(*jnp.broadcast_arrays(phi0, a, b, c))
 
 
-def _phase_turns(signal, tables, half_time, p, q, cell_f, cell_t):
+def _phase_turns(ends, cells):
     """The pair phase cubic in turns for float32 work: a :class:`TurnsCubic` of
     (B, C, n_rfi, n_int_f) arrays, phi0 = d_phase / (2 pi) + dnu d0, a = nu d1 T/2,
     b = nu d2 (T/2)**2 / 2 and c = nu d3 (T/2)**3 / 6 (turns; T/2 = ``half_time``).
@@ -137,18 +174,86 @@ def _phase_turns(signal, tables, half_time, p, q, cell_f, cell_t):
     winding up to 1e4 rad: 2.0e-4 of the largest visibility, 1.2e-3 of a cell's own; now
     5.5e-7 and 5.9e-6).
     """
-    phase_p, phase_q = (signal.phase[i[:, None], cell_f, cell_t][..., None] for i in (p, q))
-    delay_p, delay_q = (signal.delay[i[:, None], cell_t][..., None, :] for i in (p, q))
-    d_phase = tf.two_sum(phase_p, -phase_q)  # (B, C, n_rfi, 1)
+    delay_p, delay_q, half_time = ends.delay_p, ends.delay_q, cells.half_time
+    d_phase = tf.two_sum(ends.phase_p, -ends.phase_q)  # (B, C, n_rfi, 1)
     d0, d1 = (tf.two_sum(delay_p[..., k], -delay_q[..., k]) for k in (0, 1))
     d2, d3 = (delay_p[..., k] - delay_q[..., k] for k in (2, 3))
-    nu = tf.two_sum(tables.freq_mhz[cell_f][:, None], tables.dnu_mhz)  # (C, n_int_f)
+    nu = tf.two_sum(cells.freq_mhz[:, None], cells.dnu_mhz)  # (C, n_int_f)
     nu_half = tuple(v[:, None, :] for v in tf.scale(nu, half_time))  # (C, 1, n_int_f)
-    phi0 = tf.add(tf.times(d_phase, tf.INV_TWO_PI), tf.scale(d0, tables.dnu_mhz))
+    phi0 = tf.add(tf.times(d_phase, tf.INV_TWO_PI), tf.scale(d0, cells.dnu_mhz))
     a = tf.times(d1, nu_half)
     b = nu[0][:, None, :] * d2 * (half_time**2 / 2)
     c = nu[0][:, None, :] * d3 * (half_time**3 / 6)
     return TurnsCubic(*jnp.broadcast_arrays(*phi0, *a, b, c))
+
+
+def _moments(ends, cells, n_mom, options, n_slopes=0):
+    """The phase moments of the pairs of :class:`_PairEnds` ``ends``, formed in one pass:
+    W_0..W_{n_mom-1} named _MOMENTS and W_{n_mom}..W_{n_mom+n_slopes-1} named _SLOPES (None
+    without ``n_slopes``), complex (count, B, C, n_rfi, n_int_f) arrays in amp's dtype."""
+    real = ends.phase_p.dtype
+    re, im = cubic_moments_by_order(_phase_cubic(ends, cells), n_mom + n_slopes, **options)
+
+    def named(orders, name):
+        # Real and imaginary parts named as such: jax 0.10.2 fails to save a complex residual
+        # by name (its remat inserts reduce_precision, which refuses complex dtypes).
+        parts = (checkpoint_name(v[orders].astype(real), name) for v in (re, im))
+        return jax.lax.complex(*parts)
+
+    slopes = named(slice(n_mom, None), _SLOPES) if n_slopes else None
+    return named(slice(0, n_mom), _MOMENTS), slopes
+
+
+def _products(coef_p, conj_q, w):
+    """Σ_{j,k} c_p[j] conj(c_q[k]) W_{j+k} of coefficients (n_coef, B, C, n_rfi, n_int_f), q's
+    conjugated, and moments (2 n_coef - 1, B, C, n_rfi, n_int_f): (B, C, n_rfi, n_int_f)."""
+    n_coef = coef_p.shape[0]
+    # Elementwise with the moment index leading: as a batched 3 x 3 matrix product over a
+    # trailing index, XLA's CPU dots took more time than the sum itself in both directions.
+    return sum(coef_p[j] * conj_q[k] * w[j + k] for j in range(n_coef) for k in range(n_coef))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(4, 5))
+def _pair_sum(coef_p, conj_q, ends, cells, n_mom, options):
+    """:func:`_products` of a block's coefficients and the moments of its :class:`_PairEnds`
+    ``ends``, differentiable in both. The :class:`_CellConstants` ``cells`` are constants:
+    their tangents (zero: the operator stops their gradients) are not read.
+
+    The custom JVP spans the sum, not only the moments, so that its rule names every moment
+    reverse mode keeps: with a rule of the moments alone, the moments named for the amp
+    gradient (outside the rule) and those the rule keeps for the phase and delay tangents
+    would be saved twice, or the latter formed again in reverse mode.
+    """
+    w, _ = _moments(ends, cells, n_mom, options)
+    return _products(coef_p, conj_q, w)
+
+
+@functools.partial(_pair_sum.defjvp, symbolic_zeros=True)
+def _pair_sum_jvp(n_mom, options, primals, tangents):
+    coef_p, conj_q, ends, cells = primals
+    d_coef_p, d_conj_q, d_ends, _ = tangents
+    moves = [not isinstance(t, SymbolicZero) for t in d_ends]
+    # dW_m/d(phi0, a, b, c) = i W_{m+(0, 1, 2, 3)}: a delay tangent moves all four (three when
+    # the cubic is dropped: W does not depend on c), a phase tangent phi0 alone. The tangents
+    # carry no winding: their cubic needs no two-float arithmetic, and is formed in rad.
+    n_slopes = (3 if options["cubic_terms"] else 2) if any(moves[2:]) else 0
+    w, slopes = _moments(ends, cells, n_mom, options, n_slopes)
+    total = _products(coef_p, conj_q, w)
+    tangent = []
+    if not isinstance(d_coef_p, SymbolicZero):
+        tangent.append(_products(d_coef_p, conj_q, w))
+    if not isinstance(d_conj_q, SymbolicZero):
+        tangent.append(_products(coef_p, d_conj_q, w))
+    if any(moves):
+        d_p, d_q, d_delay_p, d_delay_q = (
+            t if move else jnp.zeros_like(x) for x, t, move in zip(ends, d_ends, moves, strict=True)
+        )
+        d_cubic = _radian_cubic(d_p - d_q, d_delay_p - d_delay_q, cells)[: n_slopes + 1]
+        extended = w if slopes is None else jnp.concatenate([w, slopes])
+        real = ends.phase_p.dtype
+        d_w = 1j * sum(extended[k : k + n_mom] * t.astype(real) for k, t in enumerate(d_cubic))
+        tangent.append(_products(coef_p, conj_q, d_w))
+    return total, sum(tangent) if tangent else jnp.zeros_like(total)
 
 
 def _bytes_per_pair_cell(amp, n_int_f, n_mom, segments, terms, cubic_terms):
@@ -187,12 +292,8 @@ def _block_coordinates(grid: _BlockGrid, block, n_bl: int, n_freq: int, n_time: 
 def _moments_of_block(signal, tables, int_time, p, q, cell_f, cell_t, n_mom, options):
     """The phase moments W_0..W_{n_mom-1} of a block's pairs and cells: a complex
     (n_mom, B, C, n_rfi, n_int_f) array in amp's dtype."""
-    cubic = _phase_cubic(signal, tables, int_time / 2, p, q, cell_f, cell_t)
-    real = signal.phase.dtype
-    # Real and imaginary parts named as such: jax 0.10.2 fails to save a complex residual by
-    # name (its remat inserts reduce_precision, which refuses complex dtypes).
-    re, im = (v.astype(real) for v in cubic_moments_by_order(cubic, n_mom, **options))
-    return jax.lax.complex(checkpoint_name(re, _MOMENTS), checkpoint_name(im, _MOMENTS))
+    ends, cells = _pair_ends(signal, tables, int_time, p, q, cell_f, cell_t)
+    return _moments(ends, cells, n_mom, options)[0]
 
 
 def _signal(amp, phase, delay_us):
@@ -222,9 +323,7 @@ def _analytic(
     n_bl = indices.a1.shape[0]
     if n_bl == 0:
         return jnp.zeros((0, n_freq, n_time), amp.dtype)
-    phase, delay_us, tables, int_time, moments = jax.lax.stop_gradient(
-        (phase, delay_us, tables, int_time, moments)
-    )
+    tables, int_time, moments = jax.lax.stop_gradient((tables, int_time, moments))
     signal = _signal(amp, phase, delay_us)
     n_int_f, n_coef = tables.w_freq.shape[2], tables.g_time.shape[2]
     n_mom = 2 * n_coef - 1
@@ -232,29 +331,34 @@ def _analytic(
     def block(block_id):
         rows, cell_f, cell_t = _block_coordinates(grid, block_id, n_bl, n_freq, n_time)
         p, q = indices.a1[rows], indices.a2[rows]
-        if moments is None:
-            w = _moments_of_block(signal, tables, int_time, p, q, cell_f, cell_t, n_mom, options)
-        else:  # given: the block's pairs and cells of them, (n_mom, B, C, n_rfi, n_int_f)
-            w = moments[:, rows[:, None], cell_f[None], cell_t[None]]
         coef_p = _coefficients(signal, tables, p, cell_f, cell_t)
-        coef_q = _coefficients(signal, tables, q, cell_f, cell_t).conj()
-        # Σ_{j,k} c_p[j] conj(c_q[k]) W_{j+k}, elementwise with the moment index leading: as
-        # a batched 3 x 3 matrix product over a trailing index, XLA's CPU dots took more
-        # time than the sum itself in both directions.
-        total = sum(coef_p[j] * coef_q[k] * w[j + k] for j in range(n_coef) for k in range(n_coef))
+        conj_q = _coefficients(signal, tables, q, cell_f, cell_t).conj()
+        if moments is None:
+            ends, cells = _pair_ends(signal, tables, int_time, p, q, cell_f, cell_t)
+            total = _pair_sum(coef_p, conj_q, ends, cells, n_mom, options)
+        else:  # given: the block's pairs and cells of them, (n_mom, B, C, n_rfi, n_int_f)
+            total = _products(coef_p, conj_q, moments[:, rows[:, None], cell_f[None], cell_t[None]])
         return jnp.sum(total, axis=(2, 3)) / n_int_f
 
     if moments is None:
+        # Sized for the moments a value or an amp gradient forms; phase and delay tangents
+        # form n_mom + 3 of them (about a fifth more intermediates at n_coef = 3).
         per_pair_cell = _bytes_per_pair_cell(amp, n_int_f, n_mom, **options)
     else:  # only the given moments' gather and the sum: no moment is formed
         per_pair_cell = _bytes_per_pair_cell(amp, n_int_f, n_mom, 0, 0, 0)
     block_ids, grid = _block_plan(n_bl, n_freq, n_time, per_pair_cell, memory_budget_bytes)
     # Keep the moments for reverse mode when all of them fit in the budget: they do not
-    # depend on amp, and recomputing them is most of a value-and-gradient's cost.
-    saved_bytes = n_bl * n_freq * n_time * n_rfi * n_int_f * n_mom * amp.dtype.itemsize
+    # depend on amp, and recomputing them is most of a value-and-gradient's cost. With phase
+    # or delay tangents, keep the three more moments their derivatives take when those fit too.
+    per_moment = n_bl * n_freq * n_time * n_rfi * n_int_f * amp.dtype.itemsize
+    saved = [
+        n
+        for n, count in ((_MOMENTS, n_mom), (_SLOPES, n_mom + 3))
+        if count * per_moment <= memory_budget_bytes
+    ]
     policy = None
-    if moments is None and saved_bytes <= memory_budget_bytes:
-        policy = jax.checkpoint_policies.save_only_these_names(_MOMENTS)
+    if moments is None and saved:
+        policy = jax.checkpoint_policies.save_only_these_names(*saved)
     ys = map_blocks(block, block_ids, policy).reshape(grid)
     vis = ys.transpose(0, 2, 1, 3).reshape(
         grid.n_row_blocks * grid.rows_per_block, grid.n_cell_blocks * grid.cells_per_block
@@ -310,13 +414,21 @@ def analytic_eval_with_indices(
             arguments from :func:`analytic_moments_with_indices`, formed once and reused: with
             fixed phases and delays they are the same at every call, and forming them is most
             of the operator's work. ``segments``, ``terms`` and ``cubic_terms`` are then those
-            the moments were formed with; they are not used here.
+            the moments were formed with; they are not used here. Kept moments are constants:
+            pass moments=None when the delays are fitted.
 
     Returns:
         (n_bl, n_freq, n_time) visibilities in amp's dtype.
 
-    Real arrays must be float32 with complex64 and float64 with complex128. Only ``amp`` is
-    differentiated: phase, delays, tables, offsets, channel centres and moments are constants.
+    Real arrays must be float32 with complex64 and float64 with complex128. ``amp``,
+    ``phase`` and ``delay_us`` are differentiated, in forward and reverse mode; the delay
+    orders above 3, which the operator drops, have zero derivative, and so has order 3
+    with ``cubic_terms=0``. With ``moments`` given, phase and delays are not read: their
+    derivatives are zero. The tables, offsets, channel centres and ``int_time`` are
+    constants. A derivative along phase or delay costs three more moments per element (none
+    along phase alone), formed with the others: the moments' derivatives are moments,
+    ``dW_m/d(phi0, a, b, c) = i W_{m + (0, 1, 2, 3)}``. A value, or a derivative along amp
+    alone, forms none of them.
     """
     checked = _checked(
         _FN,

@@ -66,6 +66,8 @@ from ri_kernels._phasor import turn_phasor
 from ri_kernels._split_complex import SplitComplex, select
 
 _MAX_MOMENTS = 17
+# The three more the derivatives in (φ0, a, b, c) take: dW_m/dc = i W_{m+3}.
+_SLOPE_MOMENTS = 3
 # Largest options of the moments, and so of the analytic operator; public so that callers
 # can check their own configuration against the same limits.
 MAX_SEGMENTS = 1024
@@ -164,13 +166,15 @@ def cubic_moments_by_order(
     """W of a :class:`Cubic` or :class:`TurnsCubic` of arrays of shape S (from phases in rad:
     :func:`working_cubic`) as real and imaginary parts with the moment index first: two
     (n_moments,) + S arrays in the working dtype. The same values as :func:`phase_moments`,
-    for callers that read each moment on its own; not differentiable in the cubic (the
-    analytic operator holds it constant).
+    for callers that read each moment on its own. n_moments goes up to 20, the 17 of
+    :func:`phase_moments` and the three more its derivatives take. Not differentiable in the
+    cubic: the analytic operator forms its derivatives from those moments (∂W_m/∂φ0 = i W_m,
+    ∂W_m/∂a = i W_{m+1}, ...).
 
     On XLA's CPU backend, writing the moments with a trailing axis of a complex array
     interleaves them element by element: a tenth of the moments' time at the CPU benchmark.
     """
-    _check_options(n_moments, segments, terms, cubic_terms)
+    _check_options(n_moments, segments, terms, cubic_terms, _MAX_MOMENTS + _SLOPE_MOMENTS)
     shape = cubic[0].shape
     flat = jax.tree.map(lambda v: jnp.broadcast_to(v, shape).ravel(), cubic)
     re, im = _flat(flat, n_moments, segments, terms, cubic_terms)
@@ -211,7 +215,7 @@ def _moments_jvp(n_moments, segments, terms, cubic_terms, primals, tangents):
     # ∂W_m/∂φ0 = i W_m, ∂W_m/∂a = i W_{m+1}, ∂W_m/∂b = i W_{m+2}, ∂W_m/∂c = i W_{m+3}: the
     # derivatives are three more moments, not a trip back through the recurrences. Without
     # the cubic (cubic_terms = 0) W does not depend on c.
-    extended = _trailing(*primals, n_moments + 3, segments, terms, cubic_terms)
+    extended = _trailing(*primals, n_moments + _SLOPE_MOMENTS, segments, terms, cubic_terms)
     value = extended[..., :n_moments]
     if cubic_terms == 0:
         tangents = tangents[:3]
@@ -390,9 +394,9 @@ def _translation_table(centres, n_moments):
     return table
 
 
-def _check_options(n_moments, segments, terms, cubic_terms):
+def _check_options(n_moments, segments, terms, cubic_terms, max_moments=_MAX_MOMENTS):
     limits = {
-        "n_moments": (n_moments, 1, _MAX_MOMENTS),
+        "n_moments": (n_moments, 1, max_moments),
         "segments": (segments, 1, MAX_SEGMENTS),
         "terms": (terms, 1, MAX_TERMS),
         "cubic_terms": (cubic_terms, 0, MAX_CUBIC_TERMS),
