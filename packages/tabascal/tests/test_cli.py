@@ -76,3 +76,76 @@ def test_a_store_error_is_reported_by_the_command_with_exit_status_2(tmp_path, c
     missing = tmp_path / "missing.zarr"
     assert main(["inspect", str(missing)]) == 2
     assert "tabascal inspect: error:" in capsys.readouterr().err
+
+
+def _run_summary(**extra):
+    """A summary.json of tabascal run with the keys every run writes, and ``extra``."""
+    return {
+        "chi2_init": 10.0, "chi2_final": 1.0, "steps": 5, "seconds_fit": 1.0, "n_devices": 1,
+        "shard_axis": "none", "per_device_peak_bytes": [2**30], "collectives": {},
+    } | extra  # fmt: skip
+
+
+def test_run_summary_names_the_brightest_satellites_the_per_satellite_cubes_and_orbits():
+    from tabascal.cli.fit import _summary_lines
+
+    satellites = [
+        {"index": k, "name": name, "peak_over_noise": peak, "rms_over_noise": rms}
+        for k, (name, peak, rms) in enumerate(
+            [("GPS-01", 12.5, 3.25), ("LEO-02", 310.0, 41.0), ("GAL-03", 0.5, 0.125),
+             ("GPS-04", 40.0, 7.5)]
+        )
+    ]  # fmt: skip
+    orbits = {
+        "fit": "ric",
+        "satellites": [
+            {"name": "GPS-01", "time_offset_s": 0.25, "time_offset_prior_s": 1.0,
+             "position_offset_m": {"radial": 12.0, "in_track": -450.0, "cross_track": 0.5}},
+            {"name": "LEO-02", "time_offset_s": -0.0125, "time_offset_prior_s": 1.0,
+             "position_offset_m": {"radial": -3.0, "in_track": 20.0, "cross_track": -1.5}},
+        ],
+    }  # fmt: skip
+    written = {"written": True, "mode": "auto", "mib": 0.5, "budget_mib": 1024.0, "reason": None}
+    lines = _summary_lines(
+        _run_summary(satellites=satellites, rfi_vis_by_satellite=written, orbits=orbits)
+    )
+    assert lines[4:] == [
+        "  brightest satellites  peak and rms of the fitted RFI in the data / noise",
+        "    LEO-02                     310           41",
+        "    GPS-04                      40          7.5",
+        "    GPS-01                    12.5         3.25",
+        "    ... and 1 more in summary.json",
+        "  rfi_vis_by_satellite  written to results.zarr (0.5 MiB)",
+        "  orbit offsets         time (s)   radial, in-track, cross-track (m)",
+        "    GPS-01                 +0.25   +12, -450, +0.5",
+        "    LEO-02               -0.0125   -3, +20, -1.5",
+    ]
+    reason = "output.per_satellite is never"
+    left_out = {"written": False, "mode": "never", "mib": 0.5, "budget_mib": 1024.0}
+    time_only = {"fit": "time_offset", "satellites": [orbits["satellites"][0]]}
+    lines = _summary_lines(
+        _run_summary(
+            satellites=satellites[:1],
+            rfi_vis_by_satellite=left_out | {"reason": reason},
+            orbits=time_only,
+        )
+    )
+    assert lines[4:] == [
+        "  brightest satellites  peak and rms of the fitted RFI in the data / noise",
+        "    GPS-01                    12.5         3.25",
+        "  rfi_vis_by_satellite  not written: output.per_satellite is never",
+        "  orbit offsets         time (s)",
+        "    GPS-01                 +0.25",
+    ]
+    # A fit without satellites' figures or orbit corrections prints none of these lines.
+    assert len(_summary_lines(_run_summary(satellites=[], orbits=None))) == 4
+
+
+def test_run_summary_lists_at_most_eight_satellites_orbit_offsets():
+    from tabascal.cli.fit import _summary_lines
+
+    entries = [{"name": f"SAT-{k:02d}", "time_offset_s": 0.001 * k} for k in range(11)]
+    lines = _summary_lines(_run_summary(orbits={"fit": "time_offset", "satellites": entries}))
+    assert lines[4] == "  orbit offsets         time (s)"
+    assert [line.split()[0] for line in lines[5:13]] == [f"SAT-{k:02d}" for k in range(8)]
+    assert lines[13:] == ["    ... and 3 more in summary.json"]

@@ -17,6 +17,11 @@ from tabascal import TabascalError
 
 _DEVICE_FLAG = "--xla_force_host_platform_device_count"
 
+#: The brightest satellites the run's summary names, and the most satellites whose fitted
+#: orbit offsets it lists (summary.json holds every one).
+BRIGHTEST_SHOWN = 3
+ORBITS_SHOWN = 8
+
 #: The demo's fit: enough steps to reach the noise on the demo preset from data-based
 #: estimates (reduced chi-squared within 10% of 1).
 DEMO_CONFIG = {"fit": {"steps": 400, "learning_rate": 0.1, "checkpoint_every": 0}}
@@ -82,7 +87,56 @@ def _summary_lines(summary: dict) -> list[str]:
             t = truth[name]
             lines.append(f"    {name:<19} {t['rmse']:10.4g}   {t['rmse_over_noise']:10.4g}")
         lines.append(f"    {'gains':<19} {truth['gains']['rmse']:10.4g}")
+    lines += _satellite_lines(summary.get("satellites") or [])
+    if summary.get("rfi_vis_by_satellite"):
+        lines.append(_by_satellite_line(summary["rfi_vis_by_satellite"]))
+    if summary.get("orbits"):
+        lines += _orbit_lines(summary["orbits"])
     return lines
+
+
+def _more(n: int) -> list[str]:
+    return [f"    ... and {n} more in summary.json"] if n > 0 else []
+
+
+def _satellite_lines(table: list[dict]) -> list[str]:
+    """The brightest satellites of summary.json's ``satellites``, by the peak of their fitted
+    RFI as it appears in the data over the noise."""
+    if not table:
+        return []
+    brightest = sorted(table, key=lambda e: e["peak_over_noise"], reverse=True)
+    lines = ["  brightest satellites  peak and rms of the fitted RFI in the data / noise"]
+    for entry in brightest[:BRIGHTEST_SHOWN]:
+        lines.append(
+            f"    {entry['name']:<19} {entry['peak_over_noise']:10.4g}   "
+            f"{entry['rms_over_noise']:10.4g}"
+        )
+    return lines + _more(len(table) - BRIGHTEST_SHOWN)
+
+
+def _by_satellite_line(report: dict) -> str:
+    """Whether results.zarr holds ``rfi_vis_by_satellite``, and why not."""
+    if report["written"]:
+        return f"  rfi_vis_by_satellite  written to results.zarr ({report['mib']:.4g} MiB)"
+    return f"  rfi_vis_by_satellite  not written: {report['reason']}"
+
+
+def _orbit_lines(orbits: dict) -> list[str]:
+    """The fitted orbit offsets of summary.json's ``orbits``, one line a satellite."""
+    ric = orbits["fit"] == "ric"
+    head = "  orbit offsets         time (s)" + (
+        "   radial, in-track, cross-track (m)" if ric else ""
+    )
+    lines = [head]
+    for entry in orbits["satellites"][:ORBITS_SHOWN]:
+        line = f"    {entry['name']:<19} {entry['time_offset_s']:+8.3g}"
+        if ric:
+            offset = entry["position_offset_m"]
+            line += "   " + ", ".join(
+                f"{offset[k]:+.3g}" for k in ("radial", "in_track", "cross_track")
+            )
+        lines.append(line)
+    return lines + _more(len(orbits["satellites"]) - ORBITS_SHOWN)
 
 
 def _step_memory_by_axis(obs, config: dict, summary: dict) -> dict[str, tuple[int, dict]]:

@@ -289,8 +289,11 @@ def _export_lines(args: argparse.Namespace, report, cleaned: str | None) -> list
         lines.append(
             f"  {', '.join(weights)}: 1/noise^2 of the fit{per_hand}; every other cell {others}"
         )
-    elif args.data is None:
-        lines.append("  no weights: give --data STORE (the store the fit read) for its noise")
+    elif report.noise_from is None:
+        lines.append(
+            f"  no weights: {args.results} does not record the noise the fit used (written "
+            "before tabascal run recorded it); give --data STORE (the store the fit read)"
+        )
     if report.n_flagged is not None:
         share = 100 * report.n_flagged / max(1, report.n_cells)
         lines.append(
@@ -299,6 +302,7 @@ def _export_lines(args: argparse.Namespace, report, cleaned: str | None) -> list
         )
     if "FLAG" in written:
         lines.append("  FLAG: ORed with TAB_FLAG_RESIDUAL")
+    lines += _noise_source_lines(args, report)
     for original, backup in report.backups.items():
         lines.append(f"  the original {original} kept in {backup}")
     (c0, c1, n_chan), (t0, t1, n_time) = report.channels, report.integrations
@@ -309,6 +313,21 @@ def _export_lines(args: argparse.Namespace, report, cleaned: str | None) -> list
         )
     lines += [f"  {line}" for line in report.recovered]
     return lines
+
+
+def _noise_source_lines(args: argparse.Namespace, report) -> list[str]:
+    """Where the noise of the weights and residual flags came from, for export-ms's summary."""
+    from tabascal.measurement_set.export import NOISE_FROM_RESULTS
+
+    if report.noise_from is None:
+        return []
+    median = f"median {report.noise_median:.4g} Jy"
+    if report.noise_from == NOISE_FROM_RESULTS:
+        return [f"  noise: the fit's, as {args.results} records it, {median}"]
+    return [
+        f"  noise: the store's, {median}: {args.results} does not record the fit's (written "
+        "before tabascal run recorded it), which differs after a run with data.noise: estimate"
+    ]
 
 
 def _write_gains_table(args: argparse.Namespace):
@@ -352,7 +371,7 @@ def _gains_table_lines(report) -> list[str]:
 
 def _export_ms(args: argparse.Namespace) -> int:
     from tabascal.measurement_set import export_results
-    from tabascal.measurement_set.export import default_cleaned_column
+    from tabascal.measurement_set.export import default_cleaned_column, records_fit_noise
     from tabascal.measurement_set.gains_table import check_gains_table
 
     cleaned = args.cleaned_column or default_cleaned_column(args.results)
@@ -372,7 +391,7 @@ def _export_ms(args: argparse.Namespace) -> int:
             overwrite_columns=args.overwrite_columns,
             cleaned_column=cleaned,
             overwrite_column=args.overwrite_column,
-            weights=args.data is not None,
+            weights=args.data is not None or records_fit_noise(args.results),
             write_weights=args.write_weights,
             flag_residual=args.flag_residual,
             write_flags=args.write_flags,
@@ -402,12 +421,13 @@ def add_export_ms(subparsers) -> None:
         help="write a fit's sky, RFI, residuals and cleaned data into the Measurement Set",
         description="Add the columns TAB_SKY_DATA, TAB_RFI_DATA and TAB_RES_DATA (shaped and "
         "stored like the data column) holding a fit's results in the cells and correlation(s) "
-        "it was fitted from, and the cleaned data: the data less the fitted RFI. With the "
-        "store the fit read (--data), which gives the selection and the noise, also the "
-        "weights 1/noise^2 (TAB_WEIGHT) and, with --flag-residual, flags. Existing columns "
-        "are modified only when named (--cleaned-column, --write-weights, --write-flags). "
-        "Each column is written under a temporary name and renamed when complete. With "
-        "--gains-table, also the fitted gains as a CASA calibration table for applycal.",
+        "it was fitted from, and the cleaned data: the data less the fitted RFI; the weights "
+        "1/noise^2 (TAB_WEIGHT) with the noise the fit used, which results.zarr records (for "
+        "results that do not, the store's: --data), and, with --flag-residual, flags. "
+        "Existing columns are modified only when named (--cleaned-column, --write-weights, "
+        "--write-flags). Each column is written under a temporary name and renamed when "
+        "complete. With --gains-table, also the fitted gains as a CASA calibration table for "
+        "applycal.",
     )
     parser.add_argument("results", help="results store of tabascal run (out/results.zarr)")
     parser.add_argument("--ms", required=True, help="the Measurement Set the data came from")
@@ -415,7 +435,8 @@ def add_export_ms(subparsers) -> None:
         "--data",
         metavar="STORE",
         help="the observation store the fit read (from import-ms): export-ms then writes into "
-        "its selection (channels and integrations too) and takes the noise from it",
+        "its selection (channels and integrations too), and takes the noise from it for "
+        "results that do not record the fit's",
     )
     _selection_arguments(parser, "the data column the fit read [default: the store's, or DATA]")
     # Without these defaults the store's options (--data) could not be told from the defaults.

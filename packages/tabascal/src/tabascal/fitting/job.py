@@ -1,11 +1,12 @@
 """``tabascal run``: fit the model to an observation and write the results.
 
 The output folder holds ``results.zarr`` (fitted sky and RFI visibilities, model, residual
-data - model and gains, in the data's baseline order), ``summary.json``, PNG plots, the resolved
-``config.yaml`` and ``checkpoints/``. Every output is written under a hidden temporary name and
-renamed into place, so a run killed at any moment never leaves a half-written output under a
-final name; ``summary.json`` is written last, so its presence says the run finished. One run at
-a time writes into a folder: it holds the folder's lock (``OutputLock``) from start to end.
+data - model, gains and the noise the fit used, in the data's baseline order), ``summary.json``,
+PNG plots, the resolved ``config.yaml`` and ``checkpoints/``. Every output is written under a
+hidden temporary name and renamed into place, so a run killed at any moment never leaves a
+half-written output under a final name; ``summary.json`` is written last, so its presence says
+the run finished. One run at a time writes into a folder: it holds the folder's lock
+(``OutputLock``) from start to end.
 """
 
 from __future__ import annotations
@@ -426,6 +427,8 @@ def _write_outputs(route, placed, fitted: _Fitted, source, config, out_dir, by_b
         "a2": np.asarray(meta.a2, np.int32),
         "times_s": np.asarray(meta.times_s),
         "freqs_hz": np.asarray(meta.freqs_hz),
+        # every process: on the baseline axis the noise leaves block by block
+        "noise": results.noise_rows(placed.data.noise, placed.spec, route.by_block, meta.n_bl),
     }
     if processes.is_writer():
         # summary.json says the outputs beside it are its run's: it goes until they are written.

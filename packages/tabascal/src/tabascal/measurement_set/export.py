@@ -16,15 +16,17 @@ column the fit read (``DATA`` by default):
   results.zarr holds ``rfi_vis`` before the gains, so the cleaned data are
   ``data - g[a1] rfi_vis conj(g[a2])`` with the results' ``gains`` (n_ant, n_freq, n_time).
   Every other cell holds the data column's value.
-- weights (``weights``; needs the store, which holds the noise the fit used): ``TAB_WEIGHT``
-  and, where the MS has ``WEIGHT_SPECTRUM``, ``TAB_WEIGHT_SPECTRUM``, ``1 / noise[b]^2`` with
-  noise the std of each of the real and imaginary parts (CASA's ``WEIGHT = 1 / SIGMA^2``);
+- weights (``weights``): ``TAB_WEIGHT`` and, where the MS has ``WEIGHT_SPECTRUM``,
+  ``TAB_WEIGHT_SPECTRUM``, ``1 / noise[b]^2`` with noise the std of each of the real and
+  imaginary parts (CASA's ``WEIGHT = 1 / SIGMA^2``) as the fit used it: the results' ``noise``
+  (n_bl,), or, in results that do not record it, the store's (which is not the fit's after a
+  run with ``data.noise: estimate``);
   ``write_weights`` writes ``WEIGHT`` and ``WEIGHT_SPECTRUM`` themselves instead, keeping every
   cell the fit did not read, and the originals in ``TAB_WEIGHT_BACKUP`` and
   ``TAB_WEIGHT_SPECTRUM_BACKUP`` unless those exist. A weight of 0 stays 0 (import-ms read it
   as a flag). Every other cell of a new column is 0.
-- residual flags (``flag_residual`` K; needs the store): ``TAB_FLAG_RESIDUAL``, True where
-  ``|residual| > K noise[b]``; for pure noise a cell exceeds it with probability
+- residual flags (``flag_residual`` K; the noise as for the weights): ``TAB_FLAG_RESIDUAL``,
+  True where ``|residual| > K noise[b]``; for pure noise a cell exceeds it with probability
   ``exp(-K^2 / 2)`` (|r| / noise is Rayleigh-distributed). ``write_flags`` ORs them into
   ``FLAG``, the original kept in ``TAB_FLAG_BACKUP`` unless that exists.
 
@@ -71,6 +73,8 @@ RESULT_COLUMNS = {"TAB_SKY_DATA": "sky_vis", "TAB_RFI_DATA": "rfi_vis", "TAB_RES
 CLEANED_COLUMN = "TAB_CLEANED_DATA"
 WEIGHT_COLUMNS = {"WEIGHT": "TAB_WEIGHT", "WEIGHT_SPECTRUM": "TAB_WEIGHT_SPECTRUM"}
 FLAG_COLUMN = "TAB_FLAG_RESIDUAL"
+NOISE_ARRAY = "noise"  # results.zarr's per-baseline noise of the fit, (n_bl,)
+NOISE_FROM_RESULTS, NOISE_FROM_STORE = "results", "store"
 SATELLITE_ARRAY = "rfi_vis_by_satellite"  # as fitting.satellites.ARRAY
 SATELLITE_PREFIX = "TAB_RFI_SAT"  # + the satellite's index in the store
 COMMENTS = {
@@ -101,7 +105,10 @@ class ExportReport:
     TAB_FLAG_BACKUP, WEIGHT, WEIGHT_SPECTRUM). n_flagged, n_cells: cells
     of the fit whose residual exceeds the threshold, and all its cells (n_flagged None without
     flag_residual). channels, integrations: (start, stop, of how many) written. recovered:
-    what an interrupted earlier export had left, and what was done with it.
+    what an interrupted earlier export had left, and what was done with it. noise_from: where
+    the noise of the weights and residual flags came from, ``NOISE_FROM_RESULTS`` or
+    ``NOISE_FROM_STORE`` (None when neither was asked); noise_median: its median over the
+    baselines.
     """
 
     columns: tuple[str, ...]
@@ -115,6 +122,8 @@ class ExportReport:
     channels: tuple[int, int, int] | None = None
     integrations: tuple[int, int, int] | None = None
     recovered: tuple[str, ...] = ()
+    noise_from: str | None = None
+    noise_median: float | None = None
 
 
 def default_cleaned_column(results) -> str | None:
@@ -124,6 +133,15 @@ def default_cleaned_column(results) -> str | None:
         return CLEANED_COLUMN if "gains" in zarr.open_group(str(results), mode="r") else None
     except Exception:  # not a zarr group: export_results says so
         return None
+
+
+def records_fit_noise(results) -> bool:
+    """Whether ``results`` record the noise the fit used (their array ``noise``), which the
+    weights and residual flags then take without the store."""
+    try:
+        return NOISE_ARRAY in zarr.open_group(str(results), mode="r")
+    except Exception:  # not a zarr group: export_results says so
+        return False
 
 
 def _results(path) -> dict:
@@ -138,7 +156,34 @@ def _results(path) -> dict:
     shapes = {name: group[name].shape for name in RESULT_COLUMNS.values()}
     if len(set(shapes.values())) != 1:
         raise MsError(f"{path}: the result arrays have different shapes {shapes}")
-    return {"group": group, "shape": shapes["sky_vis"], "a1": group["a1"][:], "a2": group["a2"][:]}
+    shape = shapes["sky_vis"]
+    return {
+        "group": group,
+        "shape": shape,
+        "a1": group["a1"][:],
+        "a2": group["a2"][:],
+        "noise": _fit_noise(group, path, shape[0]),
+    }
+
+
+def _fit_noise(group, path: Path, n_bl: int) -> np.ndarray | None:
+    """The results' per-baseline noise of the fit (n_bl,) float64, None when they do not
+    record it (results.zarr written before tabascal run recorded it)."""
+    if NOISE_ARRAY not in group:
+        return None
+    noise = np.asarray(group[NOISE_ARRAY][...], np.float64)
+    if noise.shape != (n_bl,):
+        raise MsError(
+            f"{path}: its {NOISE_ARRAY} has shape {noise.shape}, not ({n_bl},), one value per "
+            "baseline of its cubes; is it a results.zarr of tabascal run?"
+        )
+    bad = np.flatnonzero(~(np.isfinite(noise) & (noise > 0)))
+    if bad.size:
+        raise MsError(
+            f"{path}: its {NOISE_ARRAY} of baseline {bad[0]} is {float(noise[bad[0]])!r} "
+            f"({bad.size} baselines in all); the noise must be finite and > 0"
+        )
+    return noise
 
 
 def _satellites(found: dict, results) -> tuple[str, ...]:
@@ -414,15 +459,26 @@ def _jobs(ms, found: dict, sel, cells: products.Cells, column: str, noise, asked
             yield "FLAG", "FLAG", None, products.flag_fill(ms, asked.bad, cells, merge=True)
 
 
+def _noise(found: dict, from_store: dict | None, asked: bool):
+    """(the noise (n_bl,) of the weights and residual flags, where it came from): the fit's,
+    which the results record, else the store's; (None, None) when neither is asked."""
+    if not asked:
+        return None, None
+    if found["noise"] is not None:
+        return found["noise"], NOISE_FROM_RESULTS
+    return from_store["noise"], NOISE_FROM_STORE
+
+
 def _refuse_unusable(found, results, store, cleaned_column, weights, flag_residual, write_flags):
     if write_flags and flag_residual is None:
         raise MsError("--write-flags merges the residual flags into FLAG: give --flag-residual K")
     if flag_residual is not None and not (np.isfinite(flag_residual) and flag_residual > 0):
         raise MsError(f"--flag-residual {flag_residual}: the threshold K must be a number > 0")
-    if store is None and (weights or flag_residual is not None):
+    if store is None and found["noise"] is None and (weights or flag_residual is not None):
         raise MsError(
             "the weights and residual flags need the noise the fit used, which its store "
-            "holds: give --data STORE (the store tabascal run read)"
+            f"holds: give --data STORE (the store tabascal run read); {results} does not "
+            f"record it (it has no array {NOISE_ARRAY}: written before tabascal run recorded it)"
         )
     if cleaned_column is not None and "gains" not in found["group"]:
         raise MsError(f"{results} has no array gains, which the cleaned data need")
@@ -450,7 +506,8 @@ def export_results(
     """Write the fit in ``results`` (a results.zarr) into the Measurement Set ``ms_path``.
 
     store: the observation store the fit read (from import-ms); its metadata gives the
-    selection (an option given must agree) and its noise the weights and residual flags.
+    selection (an option given must agree) and, for results that do not record the noise the
+    fit used (their array ``noise``), its noise the weights and residual flags.
     Without it, ``column`` (default DATA), ``correlation`` (I), ``spw`` (an id, ids or
     'all'), ``field`` and ``time_tolerance`` must be those the data were read with, of all
     channels and integrations. Always writes TAB_SKY_DATA, TAB_RFI_DATA and TAB_RES_DATA;
@@ -485,7 +542,7 @@ def export_results(
         _check_names(ms, ms_path, cleaned_column, overwrite, satellite_columns)
         sel, plan = _selection(tables, ms, ms_path, chosen)
         _check_selection(found, sel, results, ms_path, store)
-        noise = None if from_store is None else from_store["noise"]
+        noise, noise_from = _noise(found, from_store, weights or flag_residual is not None)
         bad = None
         if flag_residual is not None:
             residual = np.asarray(found["group"]["residual"][...])
@@ -514,4 +571,6 @@ def export_results(
         channels=_channels_written(sel),
         integrations=(sel.times.start, sel.times.stop, sel.n_time_grid),
         recovered=tuple(recovered),
+        noise_from=noise_from,
+        noise_median=None if noise_from is None else float(np.median(noise)),
     )
