@@ -91,6 +91,7 @@ def test_orbit_corrections_loss_and_gradient_equal_single_device(reference, name
     assert max(worst.values()) < 1e-13, worst
 
 
+@pytest.mark.heavy
 def test_a_baseline_axis_run_fits_the_offsets_a_single_device_run_fits(shifted_store, tmp_path):
     config = run_config.load(
         {
@@ -107,7 +108,10 @@ def test_a_baseline_axis_run_fits_the_offsets_a_single_device_run_fits(shifted_s
     assert summary["n_devices"] == N_DEVICES
     for one, sharded in zip(fitted["none"], fitted["baseline"], strict=True):
         assert one["time_offset_s"] != 0.0
-        # measured 1e-13 s apart after 20 steps (float64)
-        assert sharded["time_offset_s"] == pytest.approx(one["time_offset_s"], abs=1e-9)
+        apart = abs(sharded["time_offset_s"] - one["time_offset_s"])
+        print(f"{one['name']}: time offsets {apart:.1e} s apart")
+        # measured 1.7e-11 s (the LEO) and 3.6e-10 s (the GPS satellite, which the data
+        # barely constrain) apart after 20 steps (float64)
+        assert sharded["time_offset_s"] == pytest.approx(one["time_offset_s"], abs=3e-8)
         for key, value in one["position_offset_m"].items():
             assert sharded["position_offset_m"][key] == pytest.approx(value, abs=1e-5)

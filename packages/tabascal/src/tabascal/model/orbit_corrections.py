@@ -245,40 +245,62 @@ def search_time_offsets(vis, flags, a1, a2, freqs_hz, phase, constants: OrbitCon
     largest where they are real of either sign; the sky and the other satellites keep
     turning and average out. The position offsets start at zero. Host-side numpy, float64.
 
-    vis, flags: (n_bl, n_freq, n_time); phase: (n_ant, n_sat, n_freq, n_time) centre phases of
-    the orbits as given (rad).
+    vis, flags: (n_bl, n_freq, n_time) of the baselines a1, a2; phase: (n_ant, n_sat, n_freq,
+    n_time) centre phases of the orbits as given (rad). The statistic is a sum over baselines,
+    so rows read apart (``stopped_power``) add up to the same search (``parallel.blockwise``).
     """
+    grids = search_grids(constants, a1, a2, freqs_hz)
+    return best_offsets(grids, stopped_power(vis, flags, a1, a2, freqs_hz, phase, constants, grids))
+
+
+def search_grids(constants: OrbitConstants, a1, a2, freqs_hz) -> list[np.ndarray]:
+    """Each satellite's grid of time offsets (s) for ``search_time_offsets``, from every
+    baseline (a1, a2: all the observation's)."""
+    a1, a2 = np.asarray(a1), np.asarray(a2)
+    rate = np.asarray(constants.first, np.float64)[..., 0, 0]  # (n_ant, n_sat, n_time) us/s
+    sigma = np.asarray(constants.time_sigma_s, np.float64)
+    grids = []
+    for s in range(rate.shape[1]):
+        # rad of phase per second of offset on the fastest baseline
+        fastest = 2 * np.pi * np.max(freqs_hz) * 1e-6 * np.abs(rate[a1, s] - rate[a2, s]).max()
+        half = SEARCH_SPAN * sigma[s]
+        n = min(int(np.ceil(half * fastest / SEARCH_PHASE_STEP)), SEARCH_MOST_POINTS // 2)
+        grids.append(np.linspace(-half, half, 2 * n + 1) if n else np.zeros(1))
+    return grids
+
+
+def stopped_power(vis, flags, a1, a2, freqs_hz, phase, constants, grids) -> np.ndarray:
+    """The search statistic of these rows at every grid point: (n_sat, n_most) float64, each
+    satellite's grid padded with zeros to the longest."""
     vis = np.where(np.asarray(flags, bool), 0, np.asarray(vis, np.complex128))
     a1, a2 = np.asarray(a1), np.asarray(a2)
     f_mhz = np.asarray(freqs_hz, np.float64)[None, :, None] * 1e-6
-    rate = np.asarray(constants.first, np.float64)[..., 0, 0]  # (n_ant, n_sat, n_time) us/s
+    rate = np.asarray(constants.first, np.float64)[..., 0, 0]
     curve = np.asarray(constants.second, np.float64)[..., 0, 0, 0]
     base = np.asarray(phase, np.float64)
-    sigma = np.asarray(constants.time_sigma_s, np.float64)
-    best = np.zeros(rate.shape[1])
-    for s in range(rate.shape[1]):
-        # rad of phase per second of offset on the fastest baseline
-        fastest = 2 * np.pi * f_mhz.max() * np.abs(rate[a1, s] - rate[a2, s]).max()
-        half = SEARCH_SPAN * sigma[s]
-        n = int(np.ceil(half * fastest / SEARCH_PHASE_STEP))
-        n = min(n, SEARCH_MOST_POINTS // 2)
-        if n == 0:
+    power = np.zeros((len(grids), max(g.size for g in grids)))
+    for s, grid in enumerate(grids):
+        if grid.size == 1 or vis.shape[0] == 0:
             continue
-        grid = np.linspace(-half, half, 2 * n + 1)
-        power = np.empty(grid.shape)
         for k, dt in enumerate(grid):
             shift = rate[:, s] * dt + curve[:, s] * dt**2 / 2  # (n_ant, n_time) us
             ant = base[:, s] + 2 * np.pi * f_mhz * shift[:, None, :]  # (n_ant, n_freq, n_time)
-            stopped = vis * np.exp(-1j * (ant[a1] - ant[a2]))
-            power[k] = np.sum(np.real(stopped**2))
-        best[s] = grid[int(np.argmax(power))]
-        logger.info(
-            "time-offset search for satellite %d: %d offsets over +-%.3g s, best %+.4f s",
-            s,
-            grid.size,
-            half,
-            best[s],
-        )
+            power[s, k] = np.sum(np.real((vis * np.exp(-1j * (ant[a1] - ant[a2]))) ** 2))
+    return power
+
+
+def best_offsets(grids, power) -> np.ndarray:
+    """Each satellite's offset of most stopped power, (n_sat,) s."""
+    best = np.array([g[int(np.argmax(power[s, : g.size]))] for s, g in enumerate(grids)])
+    for s, grid in enumerate(grids):
+        if grid.size > 1:
+            logger.info(
+                "time-offset search for satellite %d: %d offsets over +-%.3g s, best %+.4f s",
+                s,
+                grid.size,
+                grid[-1],
+                best[s],
+            )
     return best
 
 

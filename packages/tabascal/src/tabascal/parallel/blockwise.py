@@ -34,7 +34,7 @@ from jax.sharding import PartitionSpec as P
 
 import tabascal_partition
 from tabascal.config import ConfigError
-from tabascal.model import _whitened, joint, likelihood, sky
+from tabascal.model import _whitened, joint, likelihood, orbit_corrections, sky
 from tabascal.model.data_stats import DataStats
 from tabascal.parallel import baseline_axis, processes
 from tabascal.store.format import default_chunk_rows
@@ -263,6 +263,8 @@ def build(
         raise likelihood.DataError("every visibility is flagged: there is nothing to fit")
     level = config.rfi_sigma or stats.rfi_level(meta.n_sat)
     frame = joint.model_frame(meta, config, stats.snr, level, init, seed)
+    if frame.orbits is not None and init in joint.FROM_DATA_INITS:
+        frame = _searched_orbits(frame, meta, blocks, mesh)
     placement = baseline_axis.plan_rows(frame.spec, frame.constants, mesh, reuse=reuse)
     if placement.order is not None:
         with processes.stage("reading this process's rows in the antenna-reuse order"):
@@ -290,6 +292,25 @@ def build(
         plan=placement.plan,
         info=info,
     )
+
+
+def _searched_orbits(frame: joint.Frame, meta, blocks: dict[int, HostRows], mesh):
+    """``frame`` with the orbit corrections started at the time-offset search's offsets
+    (``orbit_corrections.search_time_offsets``): each process sums the statistic over its
+    blocks (read in the data's order), then the processes' sums are added."""
+    c = frame.constants
+    grids = orbit_corrections.search_grids(c.orbits, meta.a1, meta.a2, meta.freqs_hz)
+    block_size = tabascal_partition.ownership(meta.n_bl, mesh.size).block_size
+    power = np.zeros((len(grids), max(g.size for g in grids)))
+    for d, host in blocks.items():
+        rows = _device_rows(d, block_size, meta.n_bl, None)
+        a1, a2 = np.asarray(meta.a1)[rows], np.asarray(meta.a2)[rows]
+        power += orbit_corrections.stopped_power(
+            host.vis, host.flags, a1, a2, meta.freqs_hz, c.phase, c.orbits, grids
+        )
+    power = processes.gather_exact(power).sum(axis=0)
+    offsets = orbit_corrections.best_offsets(grids, power)
+    return frame._replace(orbits=orbit_corrections.init(c.orbits, offsets))
 
 
 def _read_blocks(source: RowSource, mesh, order, real) -> dict[int, HostRows]:
@@ -358,12 +379,13 @@ def _placed_sky(config, frame, placement, rfi_params, constants, data, stats, *,
     )
 
     @jax.jit
-    def sky_start(rfi_params, constants, vis, flags):
-        rfi = baseline_axis.predict_rfi(rfi_params, constants, spec)
+    def sky_start(rfi_params, orbits, constants, vis, flags):
+        rfi = baseline_axis.predict_rfi(rfi_params, constants, spec, orbits)
         mean = sky.mean_from_data(vis - rfi, flags)
         return mean, jnp.sqrt(jnp.sum(jnp.abs(mean) ** 2) / n_bl)
 
-    sky_mean, rms = sky_start(rfi_params, constants, data.vis, data.flags)
+    orbits = baseline_axis.replicate(frame.orbits, spec.mesh)
+    sky_mean, rms = sky_start(rfi_params, orbits, constants, data.vis, data.flags)
     sky_sigma = config.sky_sigma or max(float(rms), stats.noise_median)
     scale = jnp.asarray(sky_sigma, real)
     sky_c = sky_c._replace(
