@@ -50,14 +50,16 @@ def _arguments(argv=None):
     return parser.parse_args(argv)
 
 
-def _recovered(summary: dict, speeds) -> list[dict]:
-    """Per satellite: the fitted and exact time, radial and along-track offsets."""
+def _recovered(summary: dict, speeds, error: dict) -> list[dict]:
+    """Per satellite: the fitted and exact time, radial and along-track offsets (the exact
+    position offsets from ``error`` where the fit has none)."""
     out = []
     for entry, speed in zip(summary["satellites"], speeds, strict=True):
         fitted, exact = entry, entry["exact"]
         row = {"name": entry["name"], "speed_m_s": float(speed)}
+        undo = {"radial": -error["radial_m"], "in_track": 0.0}
         for key, value in (("fitted", fitted), ("exact", exact)):
-            position = value.get("position_offset_m", {})
+            position = value.get("position_offset_m", undo if key == "exact" else {})
             row[f"{key}_time_offset_s"] = value["time_offset_s"]
             row[f"{key}_radial_m"] = position.get("radial", 0.0)
             along = speed * value["time_offset_s"] + position.get("in_track", 0.0)
@@ -96,7 +98,7 @@ def main(argv=None) -> int:
             if summary.get("orbits"):
                 meta = read_observation(where / "shifted.zarr").meta
                 speeds = orbit_corrections.orbital_speed(meta.orbits, meta.times_s)
-                records[label]["recovered"] = _recovered(summary["orbits"], speeds)
+                records[label]["recovered"] = _recovered(summary["orbits"], speeds, error)
             print(label, json.dumps(records[label].get("recovered")), flush=True)
     reference = records["true orbits"]["rfi_over_noise"]
     print(f"\n{args.scenario}: orbits displaced by {args.time_offset} s and {args.radial} m "

@@ -330,6 +330,19 @@ def _noise_source_lines(args: argparse.Namespace, report) -> list[str]:
     ]
 
 
+def _fitted_selection(args: argparse.Namespace) -> dict:
+    """The options naming what of the MS the fit read (the same for the columns and the gains
+    table)."""
+    return {
+        "store": args.data,
+        "column": args.column,
+        "correlation": args.correlation,
+        "spw": args.spw,
+        "field": args.field,
+        "time_tolerance": args.time_tolerance,
+    }
+
+
 def _write_gains_table(args: argparse.Namespace):
     from tabascal.measurement_set.gains_table import write_gains_table
 
@@ -337,12 +350,7 @@ def _write_gains_table(args: argparse.Namespace):
         args.results,
         args.ms,
         args.gains_table,
-        store=args.data,
-        column=args.column,
-        correlation=args.correlation,
-        spw=args.spw,
-        field=args.field,
-        time_tolerance=args.time_tolerance,
+        **_fitted_selection(args),
         overwrite=args.overwrite_gains_table,
     )
 
@@ -382,12 +390,7 @@ def _export_ms(args: argparse.Namespace) -> int:
         report = export_results(
             args.results,
             args.ms,
-            store=args.data,
-            column=args.column,
-            correlation=args.correlation,
-            spw=args.spw,
-            field=args.field,
-            time_tolerance=args.time_tolerance,
+            **_fitted_selection(args),
             overwrite_columns=args.overwrite_columns,
             cleaned_column=cleaned,
             overwrite_column=args.overwrite_column,
