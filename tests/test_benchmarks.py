@@ -123,3 +123,77 @@ def test_rfi_floor_of_exact_amplitudes_is_within_the_averaging_tolerance_for_gns
     print(f"floor {value:.4f} x noise, groups {groups}")
     # Measured 0.057; the bound is the tolerance the sampling is built to (rfi.tolerance).
     assert groups and value < 0.1, value
+
+
+def _step_time():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import step_time
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return step_time
+
+
+def test_step_cost_counts_each_loop_body_as_often_as_the_loop_runs():
+    """XLA's cost analysis counts a loop's body once; step_time.step_cost counts it per trip:
+    a 3-step lax.map of a 5-step fori_loop of a (64, 64) matmul and a sine is 15 matmuls of
+    2 * 64**3 flops and 15 * 64**2 sines, counted here in closed form."""
+    import jax
+    import jax.numpy as jnp
+
+    n = 64
+
+    def nested(a, xs):
+        return jax.lax.map(lambda x: jax.lax.fori_loop(0, 5, lambda i, y: jnp.sin(y @ a), x), xs)
+
+    compiled = jax.jit(nested).lower(jnp.ones((n, n)), jnp.ones((3, n, n))).compile()
+    cost = _step_time().step_cost(compiled)
+    assert cost["loops"] == 2 and cost["loops_of_unknown_trip"] == 0
+    # Measured: 40 flops over the matmuls' (the loop counters), 5e-6 of them.
+    assert cost["per_device"]["flops"] == pytest.approx(15 * 2 * n**3, rel=5e-4)
+    assert cost["per_device"]["transcendentals"] == 15 * n**2
+    # XLA's own figure is one trip of each loop: one matmul.
+    assert cost["xla_loops_once"]["flops"] == pytest.approx(2 * n**3, rel=5e-4)
+
+
+@pytest.fixture(scope="module")
+def step_costs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("step_time") / "step_time.json"
+    command = [
+        sys.executable, str(ROOT / "benchmarks" / "step_time.py"), "--cost-only",
+        "--devices", "2", "--stations", "8", "--channels", "2", "--times", "20",
+        "--satellites", "2", "--axes", "none", "source", "--phase-cache", "never",
+        "--json", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {r["axis"]: r for r in json.loads(out.read_text())}
+
+
+def test_step_time_cost_only_reports_each_axis_work_per_device_and_over_devices(step_costs):
+    assert set(step_costs) == {"none", "source"}
+    for r in step_costs.values():
+        for key in ("axis", "devices", "n_bl", "step_seconds_median", "ratio_to_source"):
+            assert key in r, key
+        assert r["step_seconds_median"] is None and r["cost_only"]
+        for k in ("flops", "bytes_accessed", "transcendentals"):
+            assert r[f"{k}_per_device"] >= r[f"{k}_per_device_xla_loops_once"] > 0
+            assert r[f"{k}_total"] == r[f"{k}_per_device"] * r["devices"]
+            none = step_costs["none"][f"{k}_per_device"]
+            assert r[f"{k}_total_over_none"] == pytest.approx(r[f"{k}_total"] / none)
+        assert set(r["flops_per_device_by_piece"]) == {"rfi", "sky", "gains", "other"}
+        assert set(r["flops_per_device_by_rfi_group"]) == set(r["rfi_groups"])
+    assert step_costs["source"]["devices"] == 2 and step_costs["none"]["devices"] == 1
+
+
+def test_source_axis_on_two_devices_does_less_work_per_device_than_one_device(step_costs):
+    """With the phase moments formed at every step on both (phase cache never), splitting the
+    satellites over 2 devices leaves each less RFI work than the one device's; the sky and the
+    gains are replicated on the source axis, the same program as one device's."""
+    source, none = step_costs["source"], step_costs["none"]
+    # Measured: 0.0244 and 0.0449 GFLOP per device (0.54 of one device's); RFI term 0.0241
+    # and 0.0446; sky 1.16e-4 on both.
+    assert source["flops_per_device"] < none["flops_per_device"]
+    by_piece = source["flops_per_device_by_piece"], none["flops_per_device_by_piece"]
+    assert by_piece[0]["rfi"] < by_piece[1]["rfi"]
+    assert by_piece[0]["sky"] == by_piece[1]["sky"]
