@@ -332,17 +332,23 @@ def offsets(params: OrbitParams, constants: OrbitConstants):
     return dt, constants.position_sigma_m[:, None] * params.position
 
 
+def _second_order(first, second, params, constants):
+    """``g . theta + theta . H . theta / 2`` of every element: first (n_ant, n_sat, ..., n_par)
+    and second (..., n_par, n_par) derivatives, theta the offsets (dt, dx) of ``params``."""
+    dt, dx = offsets(params, constants)
+    theta = dt[:, None] if dx is None else jnp.concatenate([dt[:, None], dx], axis=1)
+    change = jnp.einsum("as...i,si->as...", first, theta)
+    return change + 0.5 * jnp.einsum("as...ij,si,sj->as...", second, theta, theta)
+
+
 def corrected(params, constants, phase, delay_us, freq_mhz):
     """(phase, delay_us) of the corrected orbits; the inputs themselves when ``params`` is
     None. phase: (n_ant, n_sat, n_freq, n_time) rad; delay_us: (n_ant, n_sat, n_time, 4);
     freq_mhz: (n_freq,)."""
     if params is None:
         return phase, delay_us
-    dt, dx = offsets(params, constants)
-    theta = dt[:, None] if dx is None else jnp.concatenate([dt[:, None], dx], axis=1)
     # The change of each order, formed directly (never as the difference of two delays).
-    change = jnp.einsum("astki,si->astk", constants.first, theta)
-    change += 0.5 * jnp.einsum("astkij,si,sj->astk", constants.second, theta, theta)
+    change = _second_order(constants.first, constants.second, params, constants)
     turns = freq_mhz[None, None, :, None] * change[:, :, None, :, 0]
     return phase + 2 * np.pi * turns, delay_us + change
 
@@ -353,11 +359,9 @@ def corrected_factor(params, constants, factor):
     factor's derivatives."""
     if params is None or constants.factor_first is None:
         return factor
-    dt, dx = offsets(params, constants)
-    theta = dt[:, None] if dx is None else jnp.concatenate([dt[:, None], dx], axis=1)
-    change = jnp.einsum("asfti,si->asft", constants.factor_first, theta)
-    change += 0.5 * jnp.einsum("asftij,si,sj->asft", constants.factor_second, theta, theta)
-    return factor + change
+    return factor + _second_order(
+        constants.factor_first, constants.factor_second, params, constants
+    )
 
 
 #: The routes (``parallel.routes``) that carry orbit corrections: one device, and the baseline
