@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tabascal.fitting import results
-from tabascal.model import gains, rfi_signal
+from tabascal.model import gains, joint, rfi_signal
 from tabascal.parallel import processes
 
 logger = logging.getLogger(__name__)
@@ -179,11 +179,12 @@ def signal_rms(placed, params, n_sat: int) -> np.ndarray:
     """(n_sat, n_time) rms over antennas and channels of each satellite's fitted |amp|
     (``rfi_signal.forward``, Jy^0.5), on the host in every process."""
 
-    def rms(rfi_params, constants):
-        amp = rfi_signal.forward(rfi_params, constants)
+    def rms(rfi_params, orbit_params, constants):
+        # the shared signal's factor as the fitted orbit corrections move it
+        amp = rfi_signal.forward(rfi_params, joint.corrected_signal(constants, orbit_params))
         return jnp.sqrt(jnp.mean(jnp.abs(amp) ** 2, axis=(0, 2)))
 
-    out = jax.jit(rms)(params.rfi, placed.constants.rfi_signal)
+    out = jax.jit(rms)(params.rfi, params.orbits, placed.constants)
     # The source axis pads the satellites with dark ones; they come last.
     return np.asarray(processes.host_rows(out, 0, n_sat), np.float64)
 
