@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import require_devices
 
 from tabascal.config import run_config
 from tabascal.fitting import job
@@ -33,6 +34,7 @@ CONFIG = {"precision": "double", "orbits": {"fit": "ric"}, "rfi": {"max_groups":
 
 @pytest.fixture(scope="module")
 def shifted_store(tmp_path_factory):
+    require_devices(N_DEVICES)  # fails, never skips, without the virtual devices
     path = tmp_path_factory.mktemp("orbits") / "shifted.zarr"
     simulate(simulation_config("demo", SIMULATION), path)
     return path
