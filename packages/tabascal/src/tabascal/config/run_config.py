@@ -98,6 +98,8 @@ SCHEMA = Section(
                 ),
                 "init": Option(
                     str,
+                    "polish_steps",
+                    "polish_memory",
                     "data",
                     "initial parameters: data-based estimates, a draw "
                     "from the prior, the store's truth, or data-based estimates with "

@@ -5,8 +5,13 @@ is a dict of scalars (at least ``"chi2"``, the reduced chi-squared). ``inputs`` 
 jitted step as an argument rather than closed over, so large arrays are never baked into the
 compiled program as constants.
 
-The optimiser runs ``steps`` steps at ``learning_rate`` and then ``second_phase_steps`` at a
-tenth of it. The schedule lives in the optimiser state, so a run resumed from a checkpoint
+The optimiser runs ``steps`` steps at ``learning_rate``, then ``second_phase_steps`` at a
+tenth of it, then ``polish_steps`` of L-BFGS (``optax.lbfgs``: a quasi-Newton direction from
+the last ``polish_memory`` steps and a zoom line search on the loss). The gradient phases find
+the basin; near the optimum their fixed step size makes them circle it, while L-BFGS, built
+from the curvature it measures, walks down the loss's long shallow valleys (the trade between a
+gain and the RFI amplitude it multiplies, say) that a first-order step crosses and recrosses.
+The schedule and the phase live in the optimiser state, so a run resumed from a checkpoint
 continues exactly where an uninterrupted run would be.
 """
 
@@ -43,6 +48,9 @@ class FitConfig:
       learning_rate: step size of the first phase (whitened units per step).
       steps: number of steps in the first phase.
       second_phase_steps: number of further steps at ``learning_rate / 10`` (0 for none).
+      polish_steps: number of L-BFGS steps after those (0 for none).
+      polish_memory: past steps the L-BFGS direction is built from; its state holds two
+        copies of the parameters per step.
       checkpoint_every: write a checkpoint every this many steps (0 for never).
       stop_tolerance: stop before the ceiling ``total_steps`` once the loss has fallen by less
         than this fraction of itself over the last ``stop_window`` steps (0: never stop early).
@@ -53,6 +61,13 @@ class FitConfig:
     learning_rate: float = option_field(0.1, "step size of the first phase", min=0.0)
     steps: int = option_field(400, "steps in the first phase", min=0)
     second_phase_steps: int = option_field(0, "further steps at a tenth of the step size", min=0)
+    polish_steps: int = option_field(0, "L-BFGS steps after the gradient phases (0 = none)", min=0)
+    polish_memory: int = option_field(
+        10,
+        "past steps the L-BFGS direction is built from (its state holds 2 x this many copies "
+        "of the parameters)",
+        min=1,
+    )
     checkpoint_every: int = option_field(100, "checkpoint every this many steps (0 = never)", min=0)
     stop_tolerance: float = option_field(
         0.0,
@@ -64,7 +79,7 @@ class FitConfig:
 
     @property
     def total_steps(self) -> int:
-        return self.steps + self.second_phase_steps
+        return self.steps + self.second_phase_steps + self.polish_steps
 
 
 class FitState(NamedTuple):
@@ -83,17 +98,64 @@ class FitHistory(NamedTuple):
 
 
 def make_optimizer(config: FitConfig) -> optax.GradientTransformation:
-    """The optimiser of ``config`` with its two-phase step-size schedule."""
+    """The optimiser of ``config``: its two-phase step-size schedule, then L-BFGS for
+    ``polish_steps`` (``then_lbfgs``)."""
     if config.optimizer not in OPTIMIZERS:
         raise ValueError(
             f"optimizer {config.optimizer!r} is not known; choose one of {', '.join(OPTIMIZERS)}"
         )
     schedule = optax.piecewise_constant_schedule(config.learning_rate, {config.steps: 0.1})
     if config.optimizer == "adabelief":
-        return optax.adabelief(schedule)
-    if config.optimizer == "adam":
-        return optax.adam(schedule)
-    return optax.sgd(schedule)
+        first = optax.adabelief(schedule)
+    elif config.optimizer == "adam":
+        first = optax.adam(schedule)
+    else:
+        first = optax.sgd(schedule)
+    if config.polish_steps == 0:
+        return first
+    return then_lbfgs(first, config.steps + config.second_phase_steps, config.polish_memory)
+
+
+class PhasedState(NamedTuple):
+    """State of ``then_lbfgs``: steps taken, and the two optimisers' states."""
+
+    count: jax.Array  # int32 scalar
+    first: Any
+    polish: Any
+
+
+def then_lbfgs(
+    first: optax.GradientTransformation, switch: int, memory: int
+) -> optax.GradientTransformationExtraArgs:
+    """``first`` for ``switch`` updates, then ``optax.lbfgs(memory_size=memory)``.
+
+    The update takes optax's extra arguments ``value``, ``grad`` and ``value_fn`` (the loss at
+    ``params``, its gradient, and the loss as a function of the parameters), which the line
+    search needs; ``make_step`` passes them. Each phase leaves the other's state as it is.
+    """
+    polish = optax.lbfgs(memory_size=memory)
+
+    def init(params):
+        # optax's L-BFGS state holds one array in several leaves; the step donates its state,
+        # which needs every leaf its own buffer.
+        inner = jax.tree_util.tree_map(jnp.copy, polish.init(params))
+        return PhasedState(jnp.zeros((), jnp.int32), first.init(params), inner)
+
+    def update(updates, state, params=None, *, value=None, grad=None, value_fn=None, **extra):
+        def gradient_phase(_):
+            out, inner = first.update(updates, state.first, params)
+            return out, state._replace(first=inner)
+
+        def lbfgs_phase(_):
+            out, inner = polish.update(
+                updates, state.polish, params, value=value, grad=grad, value_fn=value_fn
+            )
+            return out, state._replace(polish=inner)
+
+        out, state = jax.lax.cond(state.count < switch, gradient_phase, lbfgs_phase, None)
+        return out, state._replace(count=state.count + 1)
+
+    return optax.GradientTransformationExtraArgs(init, update)
 
 
 def init_state(params, optimizer: optax.GradientTransformation) -> FitState:
@@ -108,7 +170,10 @@ def make_step(loss_fn: Callable, optimizer: optax.GradientTransformation) -> Cal
 
     def step(state: FitState, inputs):
         (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, inputs)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        extra = {}
+        if isinstance(state.opt_state, PhasedState):  # the line search evaluates the loss
+            extra = {"value": loss, "grad": grads, "value_fn": lambda p: loss_fn(p, inputs)[0]}
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params, **extra)
         params = optax.apply_updates(state.params, updates)
         return FitState(params, opt_state, state.step + 1), loss, aux
 
