@@ -181,6 +181,7 @@ def test_option_from_reads_the_default_type_and_metadata_of_the_field():
 # restate its default.
 RUN_JOB_KEYS = {
     "data.noise",
+    "data.noise_per_channel",
     "fit.init",
     "fit.seed",
     "satellites.tle_file",

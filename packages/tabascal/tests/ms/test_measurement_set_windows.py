@@ -94,8 +94,6 @@ def test_window_choices_that_cannot_be_read_are_refused(tmp_path):
         read_observation_ms(path)
     with pytest.raises(MsError, match=r"--spw 0,0: name each spectral window once"):
         read_observation_ms(path, spw=[0, 0])
-    with pytest.raises(MsError, match=r"--channels 0:4: several spectral windows are read whole"):
-        read_observation_ms(path, spw="all", channels=slice(0, 4))
     with pytest.raises(MsError, match=r"spectral window 3 has no data rows"):
         read_observation_ms(path, spw=[0, 3])
 

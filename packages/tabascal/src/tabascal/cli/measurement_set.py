@@ -114,19 +114,28 @@ def _grid_lines(meta, info: dict) -> list[str]:
     return lines
 
 
-def _noise_lines(info: dict) -> list[str]:
-    """Where the noise came from and why, for the import summary."""
+def _noise_lines(info: dict, per_channel_asked: bool = False) -> list[str]:
+    """Where the noise came from and why, and its form (per baseline, or per baseline and
+    channel), for the import summary."""
     noise = info["noise"]
+    per_channel = noise.get("per_channel", False)
     median = f"median {noise['median']:.4g} Jy"
     if noise["method"] == "column":
         remark = f" as asked, {median}; {noise['reason']}" if noise["reason"] else f", {median}"
-        return [f"  noise from {noise['column']}{remark}"]
+        lines = [f"  noise from {noise['column']}{remark}"]
+        if per_channel:
+            lines.append("    per baseline and channel: each cell's quadratic mean over time")
+        elif per_channel_asked:
+            lines.append(f"    per baseline: {noise['column']} has no channel axis")
+        return lines
     along = "adjacent-integration" if noise["axis"] == "integrations" else "adjacent-channel"
-    estimated = f"noise estimated from {along} differences"
+    within = " within each channel" if per_channel else ""
+    estimated = f"noise estimated from {along} differences{within}"
     first = f"  {noise['reason']}: {estimated}" if noise["reason"] else f"  {estimated} as asked"
+    fitted = "channel by channel " if per_channel else ""
     return [
         f"{first}, {median}",
-        f"    per-antenna factors fitted to the baselines' estimates, which scatter by "
+        f"    per-antenna factors fitted {fitted}to the baselines' estimates, which scatter by "
         f"{100 * noise['scatter']:.1f} % about them ({100 * noise['expected_scatter']:.1f} % "
         "expected from their samples)",
     ]
@@ -136,11 +145,19 @@ def _range_lines(meta, info: dict) -> list[str]:
     """The channels and integrations read, when not all of them."""
     lines = []
     start, stop = info["channels"]
+    windows = info.get("window_channels", [])
     if stop - start < info["channels_in_window"]:
+        of = "the window's" if len(windows) < 2 else "the band's"
         lines.append(
-            f"  channels {start}:{stop} of the window's {info['channels_in_window']} "
+            f"  channels {start}:{stop} of {of} {info['channels_in_window']} "
             f"({meta.freqs_hz[0] / 1e6:.6g} to {meta.freqs_hz[-1] / 1e6:.6g} MHz)"
         )
+        if len(windows) > 1:
+            each = ", ".join(
+                f"{w['spw']}: {w['channels'][0]}:{w['channels'][1]} of {w['channels_in_window']}"
+                for w in windows
+            )
+            lines.append(f"    MS channels of each window read: {each}")
     start, stop = info["integrations"]
     if stop - start < info["integrations_in_grid"]:
         lines.append(f"  integrations {start}:{stop} of {info['integrations_in_grid']}")
@@ -168,6 +185,7 @@ def _import_ms(args: argparse.Namespace) -> int:
             channels=args.channels,
             times=args.times,
             noise=args.noise,
+            noise_per_channel=args.noise_per_channel,
         )
     except FileExistsError:
         return _fail("import-ms", ValueError(f"{args.output} exists; add --overwrite"))
@@ -192,7 +210,7 @@ def _import_ms(args: argparse.Namespace) -> int:
         print(f"  {info['autocorrelation_rows_dropped']} autocorrelation rows left out")
     for line in _grid_lines(meta, info):
         print(line)
-    for line in _noise_lines(info):
+    for line in _noise_lines(info, args.noise_per_channel):
         print(line)
     if meta.n_sat:
         print(f"  {meta.n_sat} satellites, elevation during the observation:")
@@ -226,8 +244,9 @@ def add_import_ms(subparsers) -> None:
         "--channels",
         type=_range_argument,
         metavar="A:B",
-        help="channels to read, by their index in the spectral window as the MS stores it "
-        "(Python slice: 10:200, :64; from the end with '=': --channels=-8:) [default: all]",
+        help="channels to read, by their index in the spectral window as the MS stores it, "
+        "or, of several windows, in their band from its lowest frequency (Python slice: "
+        "10:200, :64; from the end with '=': --channels=-8:) [default: all]",
     )
     parser.add_argument(
         "--times",
@@ -243,6 +262,15 @@ def add_import_ms(subparsers) -> None:
         "WEIGHT_SPECTRUM, SIGMA, WEIGHT); estimate: from the data, by differences of adjacent "
         "integrations fitted to per-antenna factors [default: the column, unless it is a "
         "placeholder (SIGMA 1 everywhere, a constant WEIGHT): then the estimate]",
+    )
+    parser.add_argument(
+        "--noise-per-channel",
+        action="store_true",
+        help="one noise per baseline and channel instead of per baseline: from SIGMA_SPECTRUM "
+        "or WEIGHT_SPECTRUM, each cell's quadratic mean over time; estimated, from differences "
+        "of adjacent integrations within each channel, fitted to per-antenna factors channel "
+        "by channel (a per-row SIGMA or WEIGHT, which has no channel axis, still gives one "
+        "per baseline)",
     )
     parser.add_argument("--tle", help="TLE file of the satellites' orbits")
     parser.add_argument(

@@ -78,6 +78,12 @@ SCHEMA = Section(
                     "run starts (import-ms --noise estimate's estimator)",
                     choices=data_noise.NOISE_SOURCES,
                 ),
+                "noise_per_channel": Option(
+                    bool,
+                    False,
+                    "with noise: estimate, estimate the noise per baseline and channel (within "
+                    "each channel, from adjacent integrations) rather than per baseline",
+                ),
             },
         ),
         "sky": _SKY,
@@ -92,14 +98,14 @@ SCHEMA = Section(
                     "learning_rate",
                     "steps",
                     "second_phase_steps",
+                    "polish_steps",
+                    "polish_memory",
                     "checkpoint_every",
                     "stop_tolerance",
                     "stop_window",
                 ),
                 "init": Option(
                     str,
-                    "polish_steps",
-                    "polish_memory",
                     "data",
                     "initial parameters: data-based estimates, a draw "
                     "from the prior, the store's truth, or data-based estimates with "

@@ -6,10 +6,13 @@ again: with ``data.noise: estimate`` each baseline's noise is replaced, before t
 built, by the estimate import-ms makes with ``--noise estimate``
 (:mod:`tabascal.measurement_set.noise`): the robust spread of differences of adjacent
 integrations (adjacent channels when there is one integration), fitted to per-antenna factors.
-The rows are read a store chunk at a time; in a run of several processes each process reads
-a share of the chunks, and the per-baseline figures are gathered so that every process fits
-the same factors. The estimate then stands in for the store's noise wherever the run reads
-rows: the statistics that size the model, the likelihood, the reduced chi-squared.
+With ``data.noise_per_channel: true`` the estimate is per baseline and channel, as import-ms
+makes it with ``--noise estimate --noise-per-channel``: within each channel, from adjacent
+integrations, with per-antenna factors fitted channel by channel. The rows are read a store
+chunk at a time; in a run of several processes each process reads a share of the chunks, and
+the per-baseline figures are gathered so that every process fits the same factors. The
+estimate then stands in for the store's noise wherever the run reads rows: the statistics that
+size the model, the likelihood, the reduced chi-squared.
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ NOISE_SOURCES = ("store", "estimate")
 
 @dataclass(frozen=True)
 class EstimatedNoise:
-    """The rows of ``rows`` (a ``blockwise.RowSource``) with the noise (n_bl,) float64
-    ``noise`` in place of their own; ``record``: what summary.json says of it."""
+    """The rows of ``rows`` (a ``blockwise.RowSource``) with the noise (n_bl,) or (n_bl,
+    n_freq) float64 ``noise`` in place of their own; ``record``: what summary.json says of
+    it."""
 
     rows: object
     noise: np.ndarray
@@ -44,6 +48,10 @@ class EstimatedNoise:
     @property
     def meta(self):
         return self.rows.meta
+
+    @property
+    def noise_per_channel(self) -> bool:
+        return self.noise.ndim == 2
 
     def read(self, rows: np.ndarray) -> blockwise.HostRows:
         host = self.rows.read(rows)
@@ -63,32 +71,46 @@ class EstimatedNoise:
         return dataclasses.replace(obs, noise=self.noise)
 
 
-def _baseline_estimates(source, axis: int, rows_per_read: int | None):
-    """Per-baseline estimates, their sample counts and the source's own noise, each (n_bl,),
-    from this process's share of the row chunks, gathered from every process."""
+def _baseline_estimates(source, axis: int, rows_per_read: int | None, per_channel: bool):
+    """Per-baseline estimates, their sample counts and the source's own noise, each (n_bl,)
+    (per channel: (n_bl, n_freq)), from this process's share of the row chunks, gathered from
+    every process."""
     meta = source.meta
     step = rows_per_read or default_chunk_rows(meta.n_freq, meta.n_time)
     starts = range(0, meta.n_bl, step)
     n_processes, here = processes.process_count(), jax.process_index()
     # Each row is read by one process; the others leave it 0, so the gathered sum is its value.
-    found = np.zeros((3, meta.n_bl))
+    found = np.zeros((3, meta.n_bl, meta.n_freq) if per_channel else (3, meta.n_bl))
     for start in starts[here::n_processes]:
         rows = np.arange(start, min(start + step, meta.n_bl))
         host = source.read(rows)
-        estimate, n_samples = ms_noise.baseline_noise(host.vis, host.flags, axis)
-        found[:, rows] = estimate, n_samples, host.noise
+        if per_channel:
+            estimate, n_samples = ms_noise.channel_noise(host.vis, host.flags)
+            own = np.broadcast_to(host.noise.reshape(rows.size, -1), estimate.shape)
+        else:
+            estimate, n_samples = ms_noise.baseline_noise(host.vis, host.flags, axis)
+            own = host.noise if host.noise.ndim == 1 else np.median(host.noise, axis=1)
+        found[:, rows] = estimate, n_samples, own
     noise_bl, n_samples, own = processes.gather_exact(found).sum(axis=0)
     return noise_bl, n_samples.astype(np.int64), own
 
 
-def estimate(source, rows_per_read: int | None = None) -> EstimatedNoise:
-    """``source`` with its noise replaced by the estimate from its data (see the module).
-    Raises ConfigError when no baseline has enough unflagged samples."""
+def estimate(source, rows_per_read: int | None = None, *, per_channel: bool = False):
+    """``source`` with its noise replaced by the estimate from its data (see the module), an
+    ``EstimatedNoise``; per_channel: per baseline and channel. Raises ConfigError when no
+    baseline has enough unflagged samples, or a per-channel estimate one integration."""
     meta = source.meta
     axis, along = (2, "integrations") if meta.n_time > 1 else (1, "channels")
-    noise_bl, n_samples, own = _baseline_estimates(source, axis, rows_per_read)
+    if per_channel and meta.n_time == 1:
+        raise ConfigError(
+            "data.noise_per_channel: true estimates each channel's noise from differences of "
+            "adjacent integrations, and the observation has one; set "
+            "data.noise_per_channel: false (adjacent channels give one noise per baseline)"
+        )
+    noise_bl, n_samples, own = _baseline_estimates(source, axis, rows_per_read, per_channel)
+    fit_noise = ms_noise.antenna_noise_per_channel if per_channel else ms_noise.antenna_noise
     try:
-        fit = ms_noise.antenna_noise(noise_bl, n_samples, meta.a1, meta.a2, meta.n_ant)
+        fit = fit_noise(noise_bl, n_samples, meta.a1, meta.a2, meta.n_ant)
     except ValueError as err:
         raise ConfigError(
             f"data.noise: estimate: cannot estimate the noise from differences of adjacent "
@@ -96,6 +118,7 @@ def estimate(source, rows_per_read: int | None = None) -> EstimatedNoise:
         ) from None
     record = {
         "noise": "estimate",
+        "per_channel": per_channel,
         "axis": along,
         "median_noise_estimated": float(np.median(fit.noise)),
         "median_noise_store": float(np.median(own)),
@@ -128,15 +151,28 @@ def estimate(source, rows_per_read: int | None = None) -> EstimatedNoise:
 
 def noise_source(source, data_config: dict):
     """The rows the run fits: ``source`` itself (``data.noise: store``), or with its noise
-    estimated from its data (``estimate``)."""
+    estimated from its data (``estimate``; per baseline and channel with
+    ``data.noise_per_channel``). Refuses ``noise_per_channel`` with the store's noise, whose
+    form is the store's."""
+    per_channel = data_config["noise_per_channel"]
     if data_config["noise"] != "estimate":
+        if per_channel:
+            raise ConfigError(
+                "data.noise_per_channel: true asks for the estimate per channel, but data.noise "
+                "is store, whose noise is taken in the form the store holds it; set "
+                "data.noise: estimate, or data.noise_per_channel: false"
+            )
         return source
     with processes.stage("estimating the noise from the data"):
-        return estimate(source)
+        return estimate(source, per_channel=per_channel)
 
 
 def summary(source) -> dict:
-    """summary.json's ``data``: where the noise came from (and, estimated, its medians)."""
+    """summary.json's ``data``: where the noise came from (and, estimated, its medians and
+    whether it is per channel); the store's noise per baseline and channel adds
+    ``per_channel: true``."""
     if isinstance(source, EstimatedNoise):
         return dict(source.record)
+    if source.noise_per_channel:
+        return {"noise": "store", "per_channel": True}
     return {"noise": "store"}

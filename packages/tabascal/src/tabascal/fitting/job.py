@@ -356,7 +356,8 @@ def _predicted(route: routes.Route, placed, params) -> _Outputs:
             prediction.model, data.vis, data.flags, data.noise, data.n_points
         )
     )
-    noise_mean = float(jax.jit(lambda n: jax.numpy.sum(n[:n_bl]) / n_bl)(data.noise))
+    # the mean over the baselines (and channels, with a noise per channel); padded rows left out
+    noise_mean = float(jax.jit(lambda n: jax.numpy.sum(n[:n_bl]) / n[:n_bl].size)(data.noise))
     if route.by_block:
         residual = jax.jit(likelihood.residual)(prediction.model, data.vis, data.flags)
         return _Outputs(

@@ -8,9 +8,10 @@ sums the totals across processes. An unsharded fit is the case of a single block
 
 Besides the ``CUBES``, results.zarr may hold a ``Stacked`` array, a cube per satellite
 (satellite, baseline, channel, time), written one (satellite, block) at a time by the same
-machinery (``satellites.rfi_by_satellite``). Its array ``noise`` (n_bl,) is the per-baseline
-noise the fit used (``noise_rows``), from which export-ms forms weights and residual flags:
-with ``data.noise: estimate`` it is not the store's.
+machinery (``satellites.rfi_by_satellite``). Its array ``noise``, (n_bl,) or (n_bl, n_freq), is
+the noise the fit used, per baseline or per baseline and channel (``noise_rows``), from which
+export-ms forms weights and residual flags: with ``data.noise: estimate`` it is not the
+store's.
 """
 
 from __future__ import annotations
@@ -110,8 +111,8 @@ def write_results(
 
     cube_blocks: (data rows, {name: (len(rows), n_freq, n_time)}) for the ``CUBES``; together
     the rows cover 0..n_bl-1 once. whole: the small arrays written as they are (gains (n_ant,
-    n_freq, n_time), a1, a2, times_s, freqs_hz, noise (n_bl,)). stacked: a ``Stacked`` array,
-    or None.
+    n_freq, n_time), a1, a2, times_s, freqs_hz, noise (n_bl,) or (n_bl, n_freq)). stacked: a
+    ``Stacked`` array, or None.
 
     The group is built in ``.results.zarr.partial`` and renamed into place; the previous
     results, moved aside to ``.results.zarr.old`` for the swap, are removed after it. Either
@@ -181,12 +182,12 @@ def host_blocks(cube, spec, by_block: bool) -> Iterator[tuple[np.ndarray, np.nda
 
 
 def noise_rows(noise, spec, by_block: bool, n_bl: int) -> np.ndarray:
-    """The per-baseline noise the fit used (the std of the real and imaginary parts, in the
-    data's units), (n_bl,) in the data's row order in the fit's real dtype, on the host in
-    every process: the placed data's ``noise`` (``P("bl")`` with padded rows on the baseline
-    axis, ``by_block``; a collective per block when the blocks live in several processes, as
-    for ``host_blocks``), or an unsharded (n_bl,)."""
-    out = np.empty(n_bl, np.dtype(noise.dtype))
+    """The noise the fit used (the std of the real and imaginary parts, in the data's units),
+    (n_bl,) or, per baseline and channel, (n_bl, n_freq), in the data's row order in the fit's
+    real dtype, on the host in every process: the placed data's ``noise`` (``P("bl")`` with
+    padded rows on the baseline axis, ``by_block``; a collective per block when the blocks
+    live in several processes, as for ``host_blocks``), or an unsharded one."""
+    out = np.empty((n_bl, *noise.shape[1:]), np.dtype(noise.dtype))
     for rows, block in host_blocks(noise, spec, by_block):  # the blocks cover every row once
         out[rows] = block
     return out

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tabascal.fitting import results
-from tabascal.model import gains, joint, rfi_signal
+from tabascal.model import gains, joint, likelihood, rfi_signal
 from tabascal.parallel import processes
 
 logger = logging.getLogger(__name__)
@@ -44,8 +44,9 @@ PER_SATELLITE = ("auto", "always", "never")
 
 class Apparent(NamedTuple):
     """How bright one satellite's fitted RFI appears in the data: the peak and the rms over the
-    unflagged cells of ``|g[a1] V_rfi,s conj(g[a2])| / noise[b]`` (noise: the std of the real and
-    imaginary parts on baseline b, as the fit used it)."""
+    unflagged cells of ``|g[a1] V_rfi,s conj(g[a2])| / noise[b, f]`` (noise: the std of the real
+    and imaginary parts on baseline b, in channel f where it is per channel, as the fit used
+    it)."""
 
     peak_over_noise: float
     rms_over_noise: float
@@ -105,7 +106,8 @@ def _one_satellite(params, constants, data, s, *, predict, spec):
     reads in the fit; the sky it also forms is not returned, so the compiler drops it."""
     prediction = predict(params, _alone(constants, s), spec)
     vis, g = prediction.rfi, prediction.gains
-    seen = jnp.abs(gains.apply(vis, g, constants.a1, constants.a2)) / data.noise[:, None, None]
+    seen = jnp.abs(gains.apply(vis, g, constants.a1, constants.a2))
+    seen = seen / likelihood.noise_cells(data.noise)
     seen = jnp.where(data.flags, 0.0, seen)
     n_points = jnp.maximum(data.n_points, 1).astype(seen.dtype)
     return vis, jnp.max(seen), jnp.sqrt(jnp.sum(seen**2) / n_points)

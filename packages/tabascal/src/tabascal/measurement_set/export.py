@@ -18,7 +18,10 @@ column the fit read (``DATA`` by default):
   Every other cell holds the data column's value.
 - weights (``weights``): ``TAB_WEIGHT`` and, where the MS has ``WEIGHT_SPECTRUM``,
   ``TAB_WEIGHT_SPECTRUM``, ``1 / noise[b]^2`` with noise the std of each of the real and
-  imaginary parts (CASA's ``WEIGHT = 1 / SIGMA^2``) as the fit used it: the results' ``noise``
+  imaginary parts (CASA's ``WEIGHT = 1 / SIGMA^2``) as the fit used it. A noise per baseline
+  and channel gives ``1 / noise[b, f]^2`` channel by channel in WEIGHT_SPECTRUM, and in
+  WEIGHT, which has no channel axis, their mean over the row's channels fitted (as CASA's
+  mstransform sets WEIGHT from WEIGHT_SPECTRUM). The noise is the results' ``noise``
   (n_bl,), or, in results that do not record it, the store's (which is not the fit's after a
   run with ``data.noise: estimate``);
   ``write_weights`` writes ``WEIGHT`` and ``WEIGHT_SPECTRUM`` themselves instead, keeping every
@@ -26,7 +29,8 @@ column the fit read (``DATA`` by default):
   ``TAB_WEIGHT_SPECTRUM_BACKUP`` unless those exist. A weight of 0 stays 0 (import-ms read it
   as a flag). Every other cell of a new column is 0.
 - residual flags (``flag_residual`` K; the noise as for the weights): ``TAB_FLAG_RESIDUAL``,
-  True where ``|residual| > K noise[b]``; for pure noise a cell exceeds it with probability
+  True where ``|residual| > K noise[b]`` (``noise[b, f]`` per channel); for pure noise a cell
+  exceeds it with probability
   ``exp(-K^2 / 2)`` (|r| / noise is Rayleigh-distributed). ``write_flags`` ORs them into
   ``FLAG``, the original kept in ``TAB_FLAG_BACKUP`` unless that exists.
 
@@ -47,7 +51,8 @@ selection (column, correlation, spectral window, field, time tolerance, and the 
 integrations of ``--channels``/``--times``); only those cells are written, and every other
 cell of a new column holds what it would outside the selection. A band of several spectral
 windows read side by side (``--spw 0,1``) is written back window by window: each window's
-rows get its channels of the band, in the order the window stores them.
+rows get its channels of the band, in the order the window stores them; a window of the band
+that held none of the channels read is not written.
 
 No existing column is modified unless named (``cleaned_column``, ``write_weights``,
 ``write_flags``). Columns are written under a temporary name and renamed when complete
@@ -73,7 +78,7 @@ RESULT_COLUMNS = {"TAB_SKY_DATA": "sky_vis", "TAB_RFI_DATA": "rfi_vis", "TAB_RES
 CLEANED_COLUMN = "TAB_CLEANED_DATA"
 WEIGHT_COLUMNS = {"WEIGHT": "TAB_WEIGHT", "WEIGHT_SPECTRUM": "TAB_WEIGHT_SPECTRUM"}
 FLAG_COLUMN = "TAB_FLAG_RESIDUAL"
-NOISE_ARRAY = "noise"  # results.zarr's per-baseline noise of the fit, (n_bl,)
+NOISE_ARRAY = "noise"  # results.zarr's noise of the fit, (n_bl,) or (n_bl, n_freq)
 NOISE_FROM_RESULTS, NOISE_FROM_STORE = "results", "store"
 SATELLITE_ARRAY = "rfi_vis_by_satellite"  # as fitting.satellites.ARRAY
 SATELLITE_PREFIX = "TAB_RFI_SAT"  # + the satellite's index in the store
@@ -104,11 +109,12 @@ class ExportReport:
     column the fit read. backups: the backup made now of each column replaced (FLAG:
     TAB_FLAG_BACKUP, WEIGHT, WEIGHT_SPECTRUM). n_flagged, n_cells: cells
     of the fit whose residual exceeds the threshold, and all its cells (n_flagged None without
-    flag_residual). channels, integrations: (start, stop, of how many) written. recovered:
-    what an interrupted earlier export had left, and what was done with it. noise_from: where
-    the noise of the weights and residual flags came from, ``NOISE_FROM_RESULTS`` or
-    ``NOISE_FROM_STORE`` (None when neither was asked); noise_median: its median over the
-    baselines.
+    flag_residual). channels, integrations: (start, stop, of how many) written (channels of
+    the window, or of the band of the windows written: ``MsSelection.channel_range``).
+    recovered: what an interrupted earlier export had left, and what was done with it.
+    noise_from: where the noise of the weights and residual flags came from,
+    ``NOISE_FROM_RESULTS`` or ``NOISE_FROM_STORE`` (None when neither was asked);
+    noise_median: its median over the baselines (and channels, per channel).
     """
 
     columns: tuple[str, ...]
@@ -162,26 +168,31 @@ def _results(path) -> dict:
         "shape": shape,
         "a1": group["a1"][:],
         "a2": group["a2"][:],
-        "noise": _fit_noise(group, path, shape[0]),
+        "noise": _fit_noise(group, path, shape),
     }
 
 
-def _fit_noise(group, path: Path, n_bl: int) -> np.ndarray | None:
-    """The results' per-baseline noise of the fit (n_bl,) float64, None when they do not
-    record it (results.zarr written before tabascal run recorded it)."""
+def _fit_noise(group, path: Path, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The results' noise of the fit, (n_bl,) or (n_bl, n_freq) float64 for cubes of ``shape``
+    (n_bl, n_freq, n_time), None when they do not record it (results.zarr written before
+    tabascal run recorded it)."""
     if NOISE_ARRAY not in group:
         return None
     noise = np.asarray(group[NOISE_ARRAY][...], np.float64)
-    if noise.shape != (n_bl,):
+    if noise.shape not in (shape[:1], shape[:2]):
         raise MsError(
-            f"{path}: its {NOISE_ARRAY} has shape {noise.shape}, not ({n_bl},), one value per "
-            "baseline of its cubes; is it a results.zarr of tabascal run?"
+            f"{path}: its {NOISE_ARRAY} has shape {noise.shape}, not ({shape[0]},), one value per "
+            f"baseline of its cubes, or {shape[:2]}, one per baseline and channel; is it a "
+            "results.zarr of tabascal run?"
         )
-    bad = np.flatnonzero(~(np.isfinite(noise) & (noise > 0)))
+    bad = np.argwhere(~(np.isfinite(noise) & (noise > 0)))
     if bad.size:
+        channel = f", channel {bad[0][1]}," if noise.ndim == 2 else ""
+        cells = "cells" if noise.ndim == 2 else "baselines"
         raise MsError(
-            f"{path}: its {NOISE_ARRAY} of baseline {bad[0]} is {float(noise[bad[0]])!r} "
-            f"({bad.size} baselines in all); the noise must be finite and > 0"
+            f"{path}: its {NOISE_ARRAY} of baseline {bad[0][0]}{channel} is "
+            f"{float(noise[tuple(bad[0])])!r} ({len(bad)} {cells} in all); the noise must be "
+            "finite and > 0"
         )
     return noise
 
@@ -210,7 +221,8 @@ def _satellites(found: dict, results) -> tuple[str, ...]:
 
 
 def _store(path, found: dict, results) -> dict:
-    """The store the fit read: the selection import-ms made and the noise (n_bl,)."""
+    """The store the fit read: the selection import-ms made and the noise, (n_bl,) or (n_bl,
+    n_freq)."""
     meta = read_meta(path)
     record = meta.metadata.get("measurement_set")
     if record is None:
@@ -226,7 +238,8 @@ def _store(path, found: dict, results) -> dict:
             f"the baselines of {results} are not those of the store {path}: give --data the "
             "store tabascal run read"
         )
-    noise = np.broadcast_to(zarr.open_group(str(path), mode="r")["noise"][...], (meta.n_bl,))
+    noise = zarr.open_group(str(path), mode="r")["noise"][...]
+    noise = noise if np.ndim(noise) == 2 else np.broadcast_to(noise, (meta.n_bl,))
     channels, integrations = record.get("channels"), record.get("integrations")
     options = {
         "column": record["column"],
@@ -356,15 +369,6 @@ def _check_selection(found: dict, sel, results, ms_path, store) -> None:
             )
 
 
-def _channels_written(sel) -> tuple[int, int, int]:
-    """(start, stop, of how many) of the window's channels written; several windows are
-    written whole, (0, n, n) with n the band's channels."""
-    if len(sel.windows) > 1:
-        return 0, sel.chan_freq_hz.size, sel.chan_freq_hz.size
-    window = sel.windows[0]
-    return window.channels.start, window.channels.stop, window.n_chan_spw
-
-
 def _selection(tables, ms, ms_path, chosen: dict):
     """The selection ``chosen`` of the open MS and its correlation plan."""
     sel = scan(
@@ -460,7 +464,8 @@ def _jobs(ms, found: dict, sel, cells: products.Cells, column: str, noise, asked
 
 
 def _noise(found: dict, from_store: dict | None, asked: bool):
-    """(the noise (n_bl,) of the weights and residual flags, where it came from): the fit's,
+    """(the noise (n_bl,) or (n_bl, n_freq) of the weights and residual flags, where it came
+    from): the fit's,
     which the results record, else the store's; (None, None) when neither is asked."""
     if not asked:
         return None, None
@@ -546,7 +551,8 @@ def export_results(
         bad = None
         if flag_residual is not None:
             residual = np.asarray(found["group"]["residual"][...])
-            bad = np.abs(residual) > flag_residual * noise[:, None, None]
+            per_cell = noise.reshape(*noise.shape, *(1,) * (3 - noise.ndim))  # (n_bl, 1|n_freq, 1)
+            bad = np.abs(residual) > flag_residual * per_cell
         mode = None if not weights else "replace" if write_weights else "new"
         asked = _Asked(cleaned_column, mode, bad, write_flags, satellites)
         groups = _row_groups(tables, ms, ms_path, column)
@@ -568,7 +574,7 @@ def export_results(
         backups=backups,
         n_flagged=None if bad is None else int(np.count_nonzero(bad)),
         n_cells=int(math.prod(found["shape"])),
-        channels=_channels_written(sel),
+        channels=sel.channel_range,
         integrations=(sel.times.start, sel.times.stop, sel.n_time_grid),
         recovered=tuple(recovered),
         noise_from=noise_from,

@@ -31,10 +31,13 @@ tell them apart), a fit of one hand gives its receptor the gain and flags the ot
 
 **Cells and flags.** The fit's channels, spectral windows and integrations are those of its
 selection (the store's ``--channels``, ``--times``, ``--spw``), found as export-ms finds them
-(:func:`.export.fitted_selection`): a band of several windows goes back window by window. A
-cell is flagged (and holds 1) where the fit had no data for it: a channel the fit did not
-read, an antenna none of whose baselines was unflagged there (its gain rests on the prior
-alone), an antenna of the MS not in the fit. Integrations the fit did not read have no rows.
+(:func:`.export.fitted_selection`): a band of several windows goes back window by window,
+each window's rows holding its channels of the band. A cell is flagged (and holds 1) where
+the fit had no data for it: a channel the fit did not read (of a window it read part of), an
+antenna none of whose baselines was unflagged there (its gain rests on the prior alone), an
+antenna of the MS not in the fit. Integrations the fit did not read have no rows, nor do
+windows of the band none of whose channels it read (``--channels`` of a band, which leaves
+them out of the selection).
 
 The table is built under a hidden sibling name and renamed into place when complete
 (``store.writer.publish_folder``); a run whose gains were fixed (``gains.kind: unitary``) and

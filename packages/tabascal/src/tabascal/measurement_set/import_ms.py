@@ -24,6 +24,7 @@ def import_measurement_set(
             output,
             meta,
             noise=float(noise) if scalar else None,
+            noise_per_channel=np.ndim(noise) == 2,
             overwrite=overwrite,
             chunk_rows=chunk_rows,
         ) as writer:

@@ -110,11 +110,10 @@ def read_meta(
     ra, dec, phase_dir = _phase_centre(tables, path, sel.field, ant_itrf, epoch, gast0, t_mid)
     keywords = ms.getkeywords()
     metadata = json.loads(keywords.get(METADATA_KEYWORD, "{}"))
-    # Several windows are read whole: their channels are the band's, all of them.
     reversed_ = [w.reversed for w in sel.windows]
-    one = sel.windows[0]
-    channels = one.channels if len(sel.windows) == 1 else slice(0, sel.chan_freq_hz.size)
-    n_chan_spw = one.n_chan_spw if len(sel.windows) == 1 else sel.chan_freq_hz.size
+    # The windows read and the range of their channels, as --spw and --channels select them
+    # again (export-ms does): windows of a band holding none of its range are not among them.
+    start, stop, n_chan = sel.channel_range
     metadata["measurement_set"] = {
         "path": str(path.resolve()),
         "column": column,
@@ -133,8 +132,16 @@ def read_meta(
         "max_time_offset": sel.max_time_offset,
         "rows_filled": sel.n_rows_filled,
         "integrations_filled": sel.n_times_filled,
-        "channels": [channels.start, channels.stop],
-        "channels_in_window": n_chan_spw,
+        "channels": [start, stop],
+        "channels_in_window": n_chan,
+        "window_channels": [
+            {
+                "spw": w.spw,
+                "channels": [w.channels.start, w.channels.stop],
+                "channels_in_window": w.n_chan_spw,
+            }
+            for w in sel.windows
+        ],
         "integrations": [sel.times.start, sel.times.stop],
         "integrations_in_grid": sel.n_time_grid,
     }

@@ -19,8 +19,8 @@ def open_observation(path, rows: slice | None = None, *, truth: bool = True, **m
     Measurement Set, as a :class:`tabascal.store.Observation`.
 
     ``ms_options`` (column, correlation, spw, field, orbits, tle_file, satellites, ut1_utc_s,
-    time_tolerance, channels, times, noise) apply to Measurement Sets only (see
-    :class:`MeasurementSetReader`); a Measurement Set without python-casacore raises
+    time_tolerance, channels, times, noise, noise_per_channel) apply to Measurement Sets only
+    (see :class:`MeasurementSetReader`); a Measurement Set without python-casacore raises
     :class:`MissingExtraError`, which says how to install it.
     """
     if is_measurement_set(path):
@@ -54,4 +54,5 @@ def observation_info(path, **ms_options) -> StoreInfo:
             noise_per_baseline=reader.noise_per_baseline,
             has_truth=False,
             format_version=0,
+            noise_per_channel=reader.noise_per_channel,
         )

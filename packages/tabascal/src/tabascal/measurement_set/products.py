@@ -87,19 +87,23 @@ def cleaned_fill(ms, data_column: str, rfi, gains, a1, a2, cells: Cells):
 
 
 def weight_fill(ms, column: str, weight: np.ndarray, cells: Cells, keep_others: bool):
-    """WEIGHT (rows, n_corr) or WEIGHT_SPECTRUM (rows, n_chan, n_corr): ``weight`` (n_bl,) in
-    the fit's cells where ``column`` is not 0; elsewhere ``column`` (keep_others) or 0."""
+    """WEIGHT (rows, n_corr) or WEIGHT_SPECTRUM (rows, n_chan, n_corr): ``weight`` (n_bl,), or
+    (n_bl, n_chan) per channel, in the fit's cells where ``column`` is not 0; elsewhere
+    ``column`` (keep_others) or 0. A per-channel weight goes into WEIGHT as its mean over the
+    row's channels fitted."""
 
     def fill(rows, shape):
         original = get_rows(ms, column, rows)
         out = original.copy() if keep_others else np.zeros_like(original)
-        for hit, b, _, channels, _ in cells.of(rows):
+        for hit, b, _, channels, band in cells.of(rows):
+            row_weight = weight[b][:, band] if weight.ndim == 2 else weight[b][:, None]
             for i in cells.indices:
                 if original.ndim == 3:
                     was = original[hit, channels, i]
-                    out[hit, channels, i] = np.where(was != 0, weight[b][:, None], 0)
+                    out[hit, channels, i] = np.where(was != 0, row_weight, 0)
                 else:
-                    out[hit, i] = np.where(original[hit, i] != 0, weight[b], 0)
+                    mean = np.mean(row_weight, axis=1)
+                    out[hit, i] = np.where(original[hit, i] != 0, mean, 0)
         return out
 
     return fill

@@ -17,8 +17,13 @@ any order, with jittered times or missing, make a (time, baseline) grid):
   (noise infinite) are flagged. Unless ``noise='column'``, a column that is a placeholder
   (SIGMA 1 everywhere, a constant WEIGHT) gives way to an estimate from the data
   (``noise='estimate'``): differences of adjacent integrations (adjacent channels for a
-  single integration), fitted to per-antenna factors. Reading a per-channel column or
-  estimating reads the data once more, the first time the noise is needed;
+  single integration), fitted to per-antenna factors. With ``noise_per_channel`` the noise is
+  one value per baseline and channel: a per-channel column's quadratic mean over each cell's
+  integrations, or the estimate made within each channel from adjacent integrations
+  (:func:`~tabascal.measurement_set.noise.channel_noise`), fitted to per-antenna factors
+  channel by channel; a per-row column, which has no channel axis, still gives one per
+  baseline (a warning says so). Reading a per-channel column or estimating reads the data
+  once more, the first time the noise is needed;
 - antennas: only those in a selected baseline are kept (``a1``, ``a2`` index them in MS order;
   ``metadata['measurement_set']['antenna_ids']`` maps back), positions from ANTENNA
   ``POSITION`` (ITRF), the dish diameter is the smallest of theirs (its beam is the widest, so
@@ -82,9 +87,11 @@ class NoiseSource:
     method: 'column' or 'estimate'. column: the MS column read ('column'), or the placeholder
     that gave way to the estimate (None when the estimate was asked for). reason: why, or
     None. axis: 'integrations' or 'channels', what the estimate differenced (else None).
-    median: the median noise over the baselines (Jy). scatter, expected_scatter: of the
-    per-baseline estimates about their per-antenna fit, and from their sampling alone
-    (:class:`~tabascal.measurement_set.noise.AntennaNoise`; estimate only).
+    median: the median noise over the baselines (Jy; over the baselines and channels when per
+    channel). scatter, expected_scatter: of the per-baseline estimates about their per-antenna
+    fit, and from their sampling alone (:class:`~tabascal.measurement_set.noise.AntennaNoise`,
+    per channel their rms over the channels: ``ChannelNoise``; estimate only). per_channel:
+    whether the noise is per baseline and channel.
     """
 
     method: str
@@ -94,6 +101,7 @@ class NoiseSource:
     axis: str | None = None
     scatter: float | None = None
     expected_scatter: float | None = None
+    per_channel: bool = False
 
 
 class MeasurementSetReader:
@@ -107,10 +115,11 @@ class MeasurementSetReader:
     the satellites; or tle_file with satellites (catalogue numbers, None: all in the file) and
     ut1_utc_s. time_tolerance: how far (in INTERVALs, at least 0.001 and below 0.5) a row's
     TIME may lie from its integration of the grid (:mod:`.selection`). channels, times: slices
-    (step 1) of the spectral window's channels (MS order) and of the grid's integrations to
-    read, None for all. noise: 'column' (the MS's noise column), 'estimate' (from the data),
-    or None: the column unless it is a placeholder (see the module). Use as a context manager,
-    or call :meth:`close`.
+    (step 1) of the spectral window's channels (MS order; of several, the band's, ascending)
+    and of the grid's integrations to read, None for all. noise: 'column' (the MS's noise
+    column), 'estimate' (from the data), or None: the column unless it is a placeholder (see
+    the module). noise_per_channel: one noise per baseline and channel (see the module). Use
+    as a context manager, or call :meth:`close`.
 
     ``meta`` holds what the small columns and subtables give; the noise (``noise``,
     ``noise_source``) is worked out the first time it is needed, which reads the data for an
@@ -133,9 +142,11 @@ class MeasurementSetReader:
         channels: slice | None = None,
         times: slice | None = None,
         noise: str | None = None,
+        noise_per_channel: bool = False,
     ):
         if noise not in (None, *NOISE_METHODS):
             raise MsError(f"noise {noise!r}: choose one of {NOISE_METHODS}, or None")
+        self._per_channel = noise_per_channel
         tables = _casacore.tables()
         self.path = Path(path)
         if not self.path.exists():
@@ -275,28 +286,37 @@ class MeasurementSetReader:
         good = held & ~self._table.getcol("FLAG_ROW")[idx]
         noise, spread = ms_noise.quadratic_mean(sigma.T, good.T)
         self._check_noise(name, noise, spread, "in time")
+        if self._per_channel:
+            log.warning(
+                "%s has no channel axis: the noise is one value per baseline, not per channel "
+                "as asked (--noise estimate estimates it per channel from the data)",
+                name,
+            )
         scalar = np.all(noise == noise[0])
         self._set_noise(np.float64(noise[0]) if scalar else noise, "column", name, reason)
 
     def _spectrum_noise(self, name: str, reason: str | None) -> None:
         """The noise from the per-channel column ``name`` over each baseline's unflagged
-        cells: a pass over the data."""
+        cells (each channel's, with a noise per channel): a pass over the data."""
+        mean = ms_noise.channel_quadratic_mean if self._per_channel else ms_noise.quadratic_mean
         parts = []
         for rows in self._pass_blocks():
             _, flags, cell_noise = self._block(rows, name)
-            parts.append(ms_noise.quadratic_mean(cell_noise, ~flags))
+            parts.append(mean(cell_noise, ~flags))
         noise, spread = (np.concatenate(p) for p in zip(*parts, strict=True))
-        self._check_noise(name, noise, spread, "over a baseline's cells")
+        over = "in time" if self._per_channel else "over a baseline's cells"
+        self._check_noise(name, noise, spread, over)
         self._set_noise(noise, "column", name, reason)
 
     def _check_noise(self, name: str, noise: np.ndarray, spread: np.ndarray, over: str):
-        bad = np.flatnonzero(~np.isfinite(noise) | (noise <= 0))
+        bad = np.argwhere(~np.isfinite(noise) | (noise <= 0))
         if bad.size:
-            b = int(bad[0])
+            b = int(bad[0][0])
+            channel = f" in channel {int(bad[0][1])}" if noise.ndim == 2 else ""
             raise MsError(
                 f"{self.path}: {name} of baseline ({self.selection.ant1[b]}, "
-                f"{self.selection.ant2[b]}) gives noise {noise[b]}; tabascal needs positive "
-                "noise (--noise estimate estimates it from the data)"
+                f"{self.selection.ant2[b]}){channel} gives noise {noise[tuple(bad[0])]}; "
+                "tabascal needs positive noise (--noise estimate estimates it from the data)"
             )
         if spread.max() > SIGMA_SPREAD:
             log.warning(
@@ -308,16 +328,31 @@ class MeasurementSetReader:
 
     def _estimate_noise(self, column: str | None, reason: str | None) -> None:
         """The noise from the data (:mod:`.noise`): differences of adjacent integrations
-        (channels when the selection holds one integration), fitted to per-antenna factors."""
+        (channels when the selection holds one integration), fitted to per-antenna factors;
+        per channel, differences of adjacent integrations within each channel, fitted channel
+        by channel."""
         meta = self.meta
         axis, along = (2, "integrations") if meta.n_time > 1 else (1, "channels")
+        if self._per_channel and meta.n_time == 1:
+            raise MsError(
+                f"{self.path}: a noise per channel is estimated from differences of adjacent "
+                "integrations within each channel, and the selection holds one integration: "
+                "read more integrations (--times), or leave out --noise-per-channel"
+            )
         parts = []
         for rows in self._pass_blocks():
             vis, flags, _ = self._block(rows)
-            parts.append(ms_noise.baseline_noise(vis, flags, axis))
+            if self._per_channel:
+                parts.append(ms_noise.channel_noise(vis, flags))
+            else:
+                parts.append(ms_noise.baseline_noise(vis, flags, axis))
         noise_bl, n_samples = (np.concatenate(p) for p in zip(*parts, strict=True))
+        if self._per_channel:
+            fit_noise = ms_noise.antenna_noise_per_channel
+        else:
+            fit_noise = ms_noise.antenna_noise
         try:
-            fit = ms_noise.antenna_noise(noise_bl, n_samples, meta.a1, meta.a2, meta.n_ant)
+            fit = fit_noise(noise_bl, n_samples, meta.a1, meta.a2, meta.n_ant)
         except ValueError as err:
             raise MsError(
                 f"{self.path}: cannot estimate the noise from differences of adjacent {along}: "
@@ -345,12 +380,17 @@ class MeasurementSetReader:
 
     def _set_noise(self, noise, method: str, column: str | None, reason: str | None, **fit):
         self._noise = noise
-        self._noise_source = NoiseSource(method, column, reason, float(np.median(noise)), **fit)
+        median = float(np.median(noise))
+        per_channel = np.ndim(noise) == 2
+        self._noise_source = NoiseSource(
+            method, column, reason, median, per_channel=per_channel, **fit
+        )
 
     @property
     def noise(self) -> np.ndarray:
         """() float64 Jy when read from a per-row column equal on every selected row, else
-        (n_bl,); worked out (reading the data if need be) the first time it is asked for."""
+        (n_bl,), or (n_bl, n_freq) per channel (``noise_per_channel``, but for a per-row
+        column); worked out (reading the data if need be) the first time it is asked for."""
         if self._noise is None:
             self._resolve_noise()
         return self._noise
@@ -364,9 +404,16 @@ class MeasurementSetReader:
 
     @property
     def noise_per_baseline(self) -> bool:
-        """Whether the noise is (n_bl,), known without reading the data: it is, unless read
-        from a per-row column equal on every selected row."""
-        return self._noise is None or np.ndim(self._noise) == 1
+        """Whether the noise has a baseline axis, (n_bl,) or (n_bl, n_freq), known without
+        reading the data: it has, unless read from a per-row column equal on every selected
+        row."""
+        return self._noise is None or np.ndim(self._noise) >= 1
+
+    @property
+    def noise_per_channel(self) -> bool:
+        """Whether the noise is (n_bl, n_freq), known without reading the data: it is when
+        asked for, unless it comes from a per-row column (worked out when the reader opens)."""
+        return self._per_channel if self._noise is None else np.ndim(self._noise) == 2
 
     def _column_range(self, name: str) -> tuple[float, float]:
         """Smallest and largest value of the per-channel column ``name`` over the selected

@@ -25,13 +25,17 @@ ANTENNA1, ANTENNA2, INTERVAL and, when the MS has several of them, DATA_DESC_ID 
 FIELD_ID) are read here.
 
 A range of channels and of integrations may be read (``channels``, ``times``: Python slices
-of step 1, as ``--channels A:B`` and ``--times A:B`` give them): channels by their index in
-the spectral window as the MS stores it (before descending channels are made ascending),
-integrations by their index on the grid, which is in time order whatever the rows' order. A
-range that is empty or reaches past the ends is an :class:`MsError` naming the range there
-is. Only the selected channels must be of equal width and evenly spaced; the baselines are
-those with a row in the selected integrations. Several windows are read whole: a range of
-channels is of one window.
+of step 1, as ``--channels A:B`` and ``--times A:B`` give them): channels of one window by
+their index in the window as the MS stores it (before descending channels are made
+ascending), channels of several by their index in the band, ascending in frequency (0 the
+lowest channel of the lowest window); integrations by their index on the grid, which is in
+time order whatever the rows' order. A range that is empty or reaches past the ends is an
+:class:`MsError` naming the range there is. Only the selected channels of one window must be
+of equal width and evenly spaced (several windows must be one band whole); the baselines are
+those with a row in the selected integrations. Of several windows, each is read in the
+channels of the range it holds, the MS channels of a descending one being those that map
+onto them; a window holding none of the range is left out of the selection: not read, and
+not written back.
 """
 
 from __future__ import annotations
@@ -84,6 +88,14 @@ class Window:
         start, stop = self.band.start, self.band.stop
         return slice(stop - 1, start - 1 if start > 0 else None, -1)
 
+    def ascending_channels(self) -> slice:
+        """``channels`` counted in ascending frequency: the window's channels, lowest 0,
+        that are read (``channels`` itself unless the MS stores them descending)."""
+        if not self.reversed:
+            return self.channels
+        n = self.n_chan_spw
+        return slice(n - self.channels.stop, n - self.channels.start)
+
 
 @dataclass(frozen=True, eq=False)
 class MsSelection:
@@ -129,6 +141,18 @@ class MsSelection:
     @property
     def spws(self) -> tuple[int, ...]:
         return tuple(w.spw for w in self.windows)
+
+    @property
+    def channel_range(self) -> tuple[int, int, int]:
+        """(start, stop, of how many) of the channels read, as ``channels`` selects them
+        again: of the window, as the MS stores them, when one is read; of the band of the
+        windows read (ascending) when several are."""
+        first = self.windows[0]
+        if len(self.windows) == 1:
+            return first.channels.start, first.channels.stop, first.n_chan_spw
+        start = first.ascending_channels().start
+        n_band = sum(w.n_chan_spw for w in self.windows)
+        return start, start + self.chan_freq_hz.size, n_band
 
     @property
     def row_grid(self) -> np.ndarray:
@@ -365,14 +389,16 @@ def _baseline_grid(rows, slot, window, keys, n_ant: int, n_time: int, spws: list
     return row_index.reshape(len(spws), n_time, n_bl), order
 
 
-def index_range(wanted: slice | None, n: int, kind: str, option: str) -> slice:
+def index_range(wanted: slice | None, n: int, kind: str, option: str, of: str = "") -> slice:
     """``wanted`` (Python slice semantics, step 1; None: all) of ``n`` indices as
     ``slice(start, stop)`` with 0 <= start < stop <= n. An MsError names the range there is
-    when it is empty, has a step or reaches past either end."""
+    (``of``: where they are, e.g. in which band) when it is empty, has a step or reaches past
+    either end."""
     if wanted is None:
         return slice(0, n)
     text = f"{option} {_slice_text(wanted)}"
     there = f"the {n} {kind}s there are (indices 0 to {n - 1}, or -{n} to -1 from the end)"
+    there = f"{there} {of}" if of else there
     if wanted.step not in (None, 1):
         raise MsError(f"{text}: {kind}s are read contiguously, without a step, from {there}")
     for end in (wanted.start, wanted.stop):
@@ -453,28 +479,42 @@ def _check_side_by_side(spws: list[int], parts: list[_Channels]) -> None:
 
 
 def _band(tables, path: Path, spws: list[int], channels: slice | None):
-    """The windows in ascending frequency (their indices in ``spws``), the band's ascending
-    frequencies (n_chan,) and width, and per window (in that order) its channels and the
-    band's channels they are. Several windows are read whole and joined side by side."""
+    """The windows read in ascending frequency (their indices in ``spws``), the band's
+    ascending frequencies (n_chan,) and width, and per window read (in that order) its
+    channels and the band's channels they are. Several windows are joined side by side and
+    ``channels`` taken of the band they make; a window holding none of them is not read."""
     if len(spws) == 1:
         part = _channels(tables, path, spws[0], channels)
         return [0], part.freq, part.width, [(part, slice(0, part.freq.size))]
     parts = [_channels(tables, path, spw, None) for spw in spws]
     order = sorted(range(len(spws)), key=lambda k: parts[k].freq[0])
     parts = [parts[k] for k in order]
-    _check_side_by_side([spws[k] for k in order], parts)
+    in_order = [spws[k] for k in order]
+    _check_side_by_side(in_order, parts)
     n_band = sum(p.freq.size for p in parts)
-    if index_range(channels, n_band, "channel", "--channels") != slice(0, n_band):
-        raise MsError(
-            f"--channels {_slice_text(channels)}: several spectral windows are read whole; "
-            "choose the windows to read with --spw instead"
-        )
-    stops = np.cumsum([p.freq.size for p in parts])
-    bands = [
-        slice(int(stop - p.freq.size), int(stop)) for p, stop in zip(parts, stops, strict=True)
-    ]
-    freq = np.concatenate([p.freq for p in parts])
-    return order, freq, parts[0].width, list(zip(parts, bands, strict=True))
+    windows = ", ".join(map(str, in_order))
+    of = f"in the band of spectral windows {windows}, counted from its lowest frequency"
+    chosen = index_range(channels, n_band, "channel", "--channels", of)
+    read, band_parts = [], []
+    first = 0  # the band's channel where the window begins
+    for k, part in zip(order, parts, strict=True):
+        lo = max(chosen.start - first, 0)
+        hi = min(chosen.stop - first, part.freq.size)
+        if lo < hi:
+            read.append(k)
+            band = slice(first + lo - chosen.start, first + hi - chosen.start)
+            band_parts.append((_part(part, slice(lo, hi)), band))
+        first += part.freq.size
+    freq = np.concatenate([p.freq for p, _ in band_parts])
+    return read, freq, parts[0].width, band_parts
+
+
+def _part(whole: _Channels, ascending: slice) -> _Channels:
+    """The channels ``ascending`` (counted in ascending frequency) of a window read whole:
+    the MS channels that hold them are counted from the top when it stores them descending."""
+    n = whole.n_chan_spw
+    chosen = slice(n - ascending.stop, n - ascending.start) if whole.reversed else ascending
+    return whole._replace(freq=whole.freq[ascending], chosen=chosen)
 
 
 def scan(
@@ -490,8 +530,8 @@ def scan(
     """The :class:`MsSelection` of spectral window(s) ``spw`` (an id, ids, 'all', or None
     when the data hold only one) and field ``field`` (None when the data hold only one) of
     the open main table ``ms``; rows may lie up to ``time_tolerance`` INTERVALs from their
-    integration of the grid; ``channels`` and ``times`` the ranges to read, None for all (see
-    the module)."""
+    integration of the grid; ``channels`` (of the window, or of the band of several windows)
+    and ``times`` the ranges to read, None for all (see the module)."""
     asked = _spectral_windows(tables, path, ms, spw)
     pol, corr_types = _correlations(tables, path, asked)
     order, freq, width, channel_parts = _band(tables, path, [w.spw for w in asked], channels)

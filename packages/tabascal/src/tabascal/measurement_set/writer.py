@@ -7,11 +7,13 @@ in the store's baseline order. UVW is in the J2000 frame and follows the MS conv
 ``uvw(ANTENNA2) - uvw(ANTENNA1)``, computed by casacore as CASA does: with tabascal's signal
 ``S_a = A exp(+2 pi i f tau_a)`` and ``V = S_a1 conj(S_a2)``, a source at (l, m) then has
 ``V = exp(-2 pi i (u l + v m + w (n - 1)) / lambda)``, as CASA expects (checked in the tests).
-SIGMA is the noise of each of the real and imaginary parts and ``WEIGHT = 1 / SIGMA^2``. The
-orbits and the store's metadata are kept in the table keywords ``TABASCAL_ORBITS`` and
-``TABASCAL_METADATA`` (JSON), which the reader uses when no other orbits are given; the truth
-is not written. The MS is built in a hidden sibling directory and renamed into place when
-complete.
+SIGMA is the noise of each of the real and imaginary parts and ``WEIGHT = 1 / SIGMA^2``; a
+store's noise per baseline and channel goes into SIGMA_SPECTRUM and ``WEIGHT_SPECTRUM = 1 /
+SIGMA_SPECTRUM^2``, with WEIGHT the mean of WEIGHT_SPECTRUM over the channels (as CASA's
+mstransform sets it) and SIGMA ``1 / sqrt(WEIGHT)``. The orbits and the store's metadata are
+kept in the table keywords ``TABASCAL_ORBITS`` and ``TABASCAL_METADATA`` (JSON), which the
+reader uses when no other orbits are given; the truth is not written. The MS is built in a
+hidden sibling directory and renamed into place when complete.
 """
 
 from __future__ import annotations
@@ -154,15 +156,26 @@ def _rows(ms, meta, ra: float, dec: float) -> None:
 
 
 def _write_block(ms, meta, obs) -> None:
-    """DATA, FLAG, SIGMA and WEIGHT of the baseline rows of ``obs`` at every integration."""
+    """DATA, FLAG, SIGMA and WEIGHT (and, with a noise per channel, SIGMA_SPECTRUM and
+    WEIGHT_SPECTRUM) of the baseline rows of ``obs`` at every integration."""
     n = obs.n_bl
-    sigma = np.broadcast_to(np.asarray(obs.noise, np.float64), (n,))[:, None]
+    noise = np.asarray(obs.noise, np.float64)
+    if noise.ndim == 2:
+        weight_spectrum = 1.0 / noise**2
+        weight = np.mean(weight_spectrum, axis=1)[:, None]
+        sigma = 1.0 / np.sqrt(weight)
+    else:
+        sigma = np.broadcast_to(noise, (n,))[:, None]
+        weight = 1.0 / sigma**2
     for t in range(meta.n_time):
         first = t * meta.n_bl + obs.rows.start
         ms.putcol("DATA", obs.vis[:, :, t, None], startrow=first, nrow=n)
         ms.putcol("FLAG", obs.flags[:, :, t, None], startrow=first, nrow=n)
         ms.putcol("SIGMA", sigma, startrow=first, nrow=n)
-        ms.putcol("WEIGHT", 1.0 / sigma**2, startrow=first, nrow=n)
+        ms.putcol("WEIGHT", weight, startrow=first, nrow=n)
+        if noise.ndim == 2:
+            ms.putcol("SIGMA_SPECTRUM", noise[:, :, None], startrow=first, nrow=n)
+            ms.putcol("WEIGHT_SPECTRUM", weight_spectrum[:, :, None], startrow=first, nrow=n)
 
 
 def write_measurement_set(store, path, *, overwrite: bool = False) -> None:
@@ -186,8 +199,14 @@ def write_measurement_set(store, path, *, overwrite: bool = False) -> None:
         valuetype="complex",
         comment="tabascal visibilities, Jy",
     )
+    columns = [data_desc]
+    if info.noise_per_channel:
+        columns += [
+            tables.makearrcoldesc(name, 0.0, ndim=2, shape=[meta.n_freq, 1], valuetype="float")
+            for name in ("SIGMA_SPECTRUM", "WEIGHT_SPECTRUM")
+        ]
     try:
-        with tables.default_ms(str(tmp), tables.maketabdesc([data_desc])) as ms:
+        with tables.default_ms(str(tmp), tables.maketabdesc(columns)) as ms:
             t_mid = float(meta.times_s[0] + meta.times_s[-1]) / 2
             epoch = datetime.fromisoformat(meta.epoch_utc)
             ra, dec = frames.phase_centre_to_j2000(

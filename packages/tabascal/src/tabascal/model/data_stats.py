@@ -3,9 +3,12 @@
 The set-up needs a handful of scalars from the visibilities: the RFI signal-to-noise that
 sizes the fine sampling (largest unflagged |V| over the smallest noise), the typical RFI level
 (the 99th percentile of unflagged |V|), the sky prior's floor (the median noise) and the number
-of unflagged points. A multi-process run holds only its own rows, so every statistic here is
-built from one block of rows (``from_rows``) and combined with another block's (``merge``):
-maxima, minima, counts and histograms, never a sort of all the data.
+of unflagged points. A noise per baseline and channel counts as one value per (baseline,
+channel): its minimum is the smallest cell's and its median the median over those values, each
+counted once whatever the number of integrations or flags of its channel. A multi-process run
+holds only its own rows, so every statistic here is built from one block of rows
+(``from_rows``) and combined with another block's (``merge``): maxima, minima, counts and
+histograms, never a sort of all the data.
 
 Percentiles come from fixed logarithmic histograms (``BINS_PER_OCTAVE`` bins per factor of two
 over 2^-64 .. 2^64, the same bins in every block, so merging adds counts), interpolated within
@@ -54,7 +57,8 @@ class DataStats(NamedTuple):
 
     peak_abs: largest unflagged |vis| (data units); min_noise: smallest noise std of the rows;
     n_points: unflagged cells; abs_counts: (N_BINS,) log histogram of unflagged |vis|;
-    noise_counts: (N_BINS,) log histogram of the rows' noise std (one count per row).
+    noise_counts: (N_BINS,) log histogram of the rows' noise std (one count per value: per row,
+    or per row and channel).
     """
 
     peak_abs: float
@@ -66,8 +70,8 @@ class DataStats(NamedTuple):
     @classmethod
     def from_rows(cls, vis, flags, noise) -> DataStats:
         """Statistics of the rows ``vis`` (n_rows, n_freq, n_time) complex, ``flags`` (same
-        shape, bool, True where bad) and ``noise`` (n_rows,) std of the real and imaginary
-        parts. Flagged cells are never read (they may hold NaN)."""
+        shape, bool, True where bad) and ``noise`` (n_rows,) or (n_rows, n_freq) std of the
+        real and imaginary parts. Flagged cells are never read (they may hold NaN)."""
         vis, flags = np.asarray(vis), np.asarray(flags, bool)
         noise = np.asarray(noise, np.float64).reshape(-1)
         rows_per_pass = max(1, _CHUNK_CELLS // max(1, vis[0].size if len(vis) else 1))

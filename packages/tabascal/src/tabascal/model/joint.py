@@ -141,7 +141,8 @@ class ModelConstants(NamedTuple):
 
 class Data(NamedTuple):
     """Observed visibilities (n_bl, n_freq, n_time) complex, flags (same, bool), noise (n_bl,)
-    std of the real and imaginary parts, and n_points, the number of unflagged cells."""
+    or (n_bl, n_freq) std of the real and imaginary parts, and n_points, the number of
+    unflagged cells."""
 
     vis: jax.Array
     flags: jax.Array
@@ -249,7 +250,7 @@ def check_observation(obs) -> None:
     if np.all(obs.flags):
         raise likelihood.DataError("every visibility is flagged: there is nothing to fit")
     likelihood.validate_vis(obs.vis, obs.flags)
-    likelihood.resolve_noise(obs.noise, obs.vis.shape[0])
+    likelihood.resolve_noise(obs.noise, *np.shape(obs.vis)[:2])
 
 
 def _data(obs, real) -> Data:
@@ -261,7 +262,7 @@ def _data(obs, real) -> Data:
     return Data(
         vis=jnp.asarray(np.where(flags, 0, vis).astype(cplx)),
         flags=jnp.asarray(flags),
-        noise=jnp.asarray(likelihood.resolve_noise(obs.noise, vis.shape[0]), real),
+        noise=jnp.asarray(likelihood.resolve_noise(obs.noise, *vis.shape[:2]), real),
         n_points=jnp.asarray(np.count_nonzero(~flags), jnp.int32),
     )
 
@@ -588,6 +589,7 @@ def abstract_model(
     init: str = "data",
     seed: int = 0,
     geom: Geometry | None = None,
+    noise_per_channel: bool = False,
 ) -> Model:
     """The model of an observation with metadata ``meta`` and no visibilities.
 
@@ -601,7 +603,8 @@ def abstract_model(
     stands for): it fixes the groups, hence the shapes. rfi_level, sky_sigma: prior scales
     (values only, no shapes). init: "data" or "prior" ("truth" needs the data).
     geom: ``observation_geometry(meta, config)`` when already at hand (it is the slow
-    part at 512 stations, and the same for every RFI route).
+    part at 512 stations, and the same for every RFI route). noise_per_channel: the data's
+    noise is (n_bl, n_freq) rather than (n_bl,).
     """
     _check_init(init)
     if init == "truth":
@@ -618,7 +621,7 @@ def abstract_model(
     data = Data(
         vis=jax.ShapeDtypeStruct(cube, cplx),
         flags=jax.ShapeDtypeStruct(cube, np.bool_),
-        noise=jax.ShapeDtypeStruct((meta.n_bl,), real),
+        noise=jax.ShapeDtypeStruct(cube[:2] if noise_per_channel else cube[:1], real),
         n_points=jax.ShapeDtypeStruct((), np.int32),
     )
     sky_params = sky.SkyParams(jax.ShapeDtypeStruct((meta.n_bl, 2, n_kf, n_kt), real))

@@ -1,9 +1,10 @@
 """Gaussian likelihood of the visibilities, masked by flags, and the loss built from it.
 
 The real and imaginary parts of every unflagged cell are independent Gaussians of std
-noise[b] (one value for all baselines, or one per baseline):
+noise[b, f] (one value for all cells, one per baseline, or one per baseline and channel: shape
+(), (n_bl,) or (n_bl, n_freq), the same in every integration):
 
-    -log L = sum_{b, f, t unflagged} |model - vis|^2 / (2 noise[b]^2)      (+ N log(2 pi noise^2))
+    -log L = sum_{b, f, t unflagged} |model - vis|^2 / (2 noise[b, f]^2)   (+ N log(2 pi noise^2))
 
 The constant in brackets does not depend on the parameters and is left out. Reduced
 chi-squared is sum_unflagged |model - vis|^2 / noise^2 / (2 N) with N the number of unflagged
@@ -38,22 +39,42 @@ class DataError(TabascalError, ValueError):
     unflagged); the message names the cell or baseline."""
 
 
-def resolve_noise(noise, n_bl: int) -> np.ndarray:
-    """Noise std per baseline, (n_bl,) float64, from a scalar or (n_bl,) input (host).
+def resolve_noise(noise, n_bl: int, n_freq: int | None = None) -> np.ndarray:
+    """Noise std per baseline, (n_bl,) float64, from a scalar or (n_bl,) input, or per baseline
+    and channel, (n_bl, n_freq) float64, from an (n_bl, n_freq) input (host). n_freq: the
+    data's channels, which a per-channel noise must match (None: not checked).
 
-    Raises ValueError naming the first baseline whose noise is not finite and > 0.
+    Raises DataError naming the first baseline (and channel) whose noise is not finite and > 0.
     """
     arr = np.asarray(noise, dtype=np.float64)
-    if arr.ndim > 1 or (arr.ndim == 1 and arr.shape[0] != n_bl):
-        raise DataError(f"noise has shape {arr.shape}; expected a scalar or ({n_bl},)")
-    arr = np.broadcast_to(arr, (n_bl,))
-    bad = np.flatnonzero(~(np.isfinite(arr) & (arr > 0)))
-    if bad.size:
+    per_channel = arr.ndim == 2 and arr.shape[0] == n_bl
+    if per_channel and n_freq is not None and arr.shape[1] != n_freq:
         raise DataError(
-            f"noise of baseline {bad[0]} is {arr[bad[0]]!r} ({bad.size} baselines in all); "
+            f"noise has shape {arr.shape}; a noise per baseline and channel must be "
+            f"({n_bl}, {n_freq}), one value per channel of the data"
+        )
+    if arr.ndim > 2 or (arr.ndim >= 1 and not per_channel and arr.shape != (n_bl,)):
+        raise DataError(
+            f"noise has shape {arr.shape}; expected a scalar or ({n_bl},) (per baseline) or "
+            f"({n_bl}, n_freq) (per baseline and channel)"
+        )
+    arr = arr if per_channel else np.broadcast_to(arr, (n_bl,))
+    bad = np.argwhere(~(np.isfinite(arr) & (arr > 0)))
+    if bad.size:
+        first = tuple(int(i) for i in bad[0])
+        where = f"baseline {first[0]}" + (f", channel {first[1]}," if per_channel else "")
+        cells = "cells" if per_channel else "baselines"
+        raise DataError(
+            f"noise of {where} is {float(arr[first])!r} ({len(bad)} {cells} in all); "
             "the noise std must be finite and > 0"
         )
     return np.array(arr)
+
+
+def noise_cells(noise):
+    """``noise`` (numpy or jax) broadcastable to the cells (n_bl, n_freq, n_time): () as it
+    is, (n_bl,) as (n_bl, 1, 1), (n_bl, n_freq) as (n_bl, n_freq, 1)."""
+    return noise.reshape(noise.shape + (1,) * (3 - noise.ndim)) if noise.ndim else noise
 
 
 def validate_vis(vis, flags) -> None:
@@ -74,14 +95,15 @@ def validate_vis(vis, flags) -> None:
         )
 
 
-def _inverse_variance(noise, n_bl: int, dtype) -> jax.Array:
-    """noise^-2 broadcastable to (n_bl, n_freq, n_time): shape () or (n_bl, 1, 1)."""
+def _inverse_variance(noise, shape: tuple[int, ...], dtype) -> jax.Array:
+    """noise^-2 broadcastable to the cells ``shape`` = (n_bl, n_freq, n_time): shape (),
+    (n_bl, 1, 1) or (n_bl, n_freq, 1)."""
     noise = jnp.asarray(noise, dtype)
-    if noise.ndim == 0:
-        return 1.0 / jnp.square(noise)
-    if noise.shape != (n_bl,):
-        raise ValueError(f"noise has shape {noise.shape}; expected () or ({n_bl},)")
-    return (1.0 / jnp.square(noise))[:, None, None]
+    if noise.ndim > 2 or (noise.ndim and noise.shape != shape[: noise.ndim]):
+        raise ValueError(
+            f"noise has shape {noise.shape}; expected (), ({shape[0]},) or {shape[:2]}"
+        )
+    return noise_cells(1.0 / jnp.square(noise))
 
 
 def residual(model: jax.Array, vis: jax.Array, flags: jax.Array) -> jax.Array:
@@ -97,12 +119,13 @@ def residual(model: jax.Array, vis: jax.Array, flags: jax.Array) -> jax.Array:
 def chi2_per_baseline(
     model: jax.Array, vis: jax.Array, flags: jax.Array, noise: jax.Array
 ) -> jax.Array:
-    """sum_{f, t unflagged} |model - vis|^2 / noise[b]^2 for every baseline, (n_bl,) real.
+    """sum_{f, t unflagged} |model - vis|^2 / noise[b, f]^2 for every baseline, (n_bl,) real.
 
-    noise: scalar or (n_bl,) std of the real and imaginary parts, in the units of vis.
+    noise: scalar, (n_bl,) or (n_bl, n_freq) std of the real and imaginary parts, in the units
+    of vis.
     """
     r = residual(model, vis, flags)
-    inv_var = _inverse_variance(noise, r.shape[0], r.real.dtype)
+    inv_var = _inverse_variance(noise, r.shape, r.real.dtype)
     return jnp.sum((jnp.square(r.real) + jnp.square(r.imag)) * inv_var, axis=(1, 2))
 
 

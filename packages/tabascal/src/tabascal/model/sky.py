@@ -264,10 +264,17 @@ def init_from_data(
     non-finite cells are left out. A band-limited estimate (one ``forward`` can represent) with
     a small noise comes back to itself: forward(init_from_data(x)) ~= x.
 
-    vis: (n_bl, n_freq, n_time) complex estimate; noise: scalar or (n_bl,) std of its real and
-    imaginary parts (data units, > 0); flags: (n_bl, n_freq, n_time) bool or None.
-    n_iter: conjugate-gradient iterations (static).
+    vis: (n_bl, n_freq, n_time) complex estimate; noise: scalar, (n_bl,) or (n_bl, n_freq) std
+    of its real and imaginary parts (data units, > 0); flags: (n_bl, n_freq, n_time) bool or
+    None. n_iter: conjugate-gradient iterations (static).
+
+    A noise per channel enters as one value per baseline, ``1 / sqrt(mean_f noise[b, f]^-2)``:
+    the noise that gives the baseline's data the same total weight against the prior (the
+    fit weighs a baseline's cells equally). It is exact for equal channels, and the fit is
+    started from the truth with a noise far below the data's, where the prior barely counts.
     """
+    if np.ndim(noise) == 2:
+        noise = 1.0 / jnp.sqrt(jnp.mean(1.0 / jnp.square(jnp.asarray(noise)), axis=1))
     z = _fourier.fit_estimate(
         vis,
         flags,

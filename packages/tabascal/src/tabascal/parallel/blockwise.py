@@ -44,15 +44,20 @@ logger = logging.getLogger(__name__)
 
 class RowSource(Protocol):
     """Where the observation's rows come from. ``meta``: every array but the visibilities
-    (a1, a2 for all rows); ``read(rows)``: vis, flags and noise of the given rows."""
+    (a1, a2 for all rows); ``read(rows)``: vis, flags and noise of the given rows;
+    ``noise_per_channel``: whether that noise is per baseline and channel."""
 
     meta: object
 
     def read(self, rows: np.ndarray) -> HostRows: ...
 
+    @property
+    def noise_per_channel(self) -> bool: ...
+
 
 class HostRows(NamedTuple):
-    """vis (n, n_freq, n_time) complex, flags (n, n_freq, n_time) bool, noise (n,) float64."""
+    """vis (n, n_freq, n_time) complex, flags (n, n_freq, n_time) bool, noise (n,) or
+    (n, n_freq) float64."""
 
     vis: np.ndarray
     flags: np.ndarray
@@ -107,9 +112,16 @@ class StoreRows:
         def read_slice(run: slice) -> HostRows:
             obs = read_observation(self.path, run, truth=False, allow_missing=self.allow_missing)
             n = run.stop - run.start
-            return HostRows(obs.vis, obs.flags, likelihood.resolve_noise(obs.noise, n))
+            noise = likelihood.resolve_noise(obs.noise, n, self.meta.n_freq)
+            return HostRows(obs.vis, obs.flags, noise)
 
         return _gather_runs(rows, read_slice)
+
+    @property
+    def noise_per_channel(self) -> bool:
+        from tabascal.store import store_info
+
+        return store_info(self.path, allow_missing=self.allow_missing).noise_per_channel
 
     @property
     def has_truth(self) -> bool:
@@ -149,10 +161,14 @@ class MemoryRows:
 
     def read(self, rows: np.ndarray) -> HostRows:
         rows = np.asarray(rows, np.int64)
-        noise = likelihood.resolve_noise(self.obs.noise, self.obs.vis.shape[0])
+        noise = likelihood.resolve_noise(self.obs.noise, *np.shape(self.obs.vis)[:2])
         return HostRows(
             np.asarray(self.obs.vis)[rows], np.asarray(self.obs.flags)[rows], noise[rows]
         )
+
+    @property
+    def noise_per_channel(self) -> bool:
+        return np.ndim(self.obs.noise) == 2
 
     @property
     def has_truth(self) -> bool:
@@ -326,7 +342,8 @@ def _read_blocks(source: RowSource, mesh, order, real) -> dict[int, HostRows]:
         host = source.read(rows) if rows.size else None
         if host is None:
             shape = (0, meta.n_freq, meta.n_time)
-            host = HostRows(np.zeros(shape, cplx), np.ones(shape, bool), np.ones(0))
+            noise = np.ones(shape[:2] if source.noise_per_channel else shape[:1])
+            host = HostRows(np.zeros(shape, cplx), np.ones(shape, bool), noise)
         out[d] = _checked(host, int(rows[0]) if rows.size else meta.n_bl)
     return out
 
@@ -341,7 +358,8 @@ def _block_stats(blocks: dict[int, HostRows]) -> DataStats:
 
 
 def _placed_data(blocks, stats: DataStats, mesh, block_size: int, real) -> joint.Data:
-    """The data on ``P("bl")``, padded rows flagged with vis 0 and noise 1."""
+    """The data on ``P("bl")``, padded rows flagged with vis 0 and noise 1 (in every channel,
+    with a noise per channel)."""
     cplx = np.result_type(real, np.complex64)
 
     def place(field, fill, dtype):

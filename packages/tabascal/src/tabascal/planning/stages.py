@@ -242,6 +242,7 @@ def plan_stages(source, model_config, fit_config, route, *, init: str = "data", 
         rfi_level=model_config.rfi_sigma or stats.rfi_level(meta.n_sat),
         init="prior" if init == "prior" else "data",
         seed=seed,
+        noise_per_channel=source.noise_per_channel,
     )
     placed = place_abstract(abstract, route.name, route.make_mesh())
     return placed, compile_stages(placed, route.name, fit_config, routes.devices(placed.spec))

@@ -94,6 +94,16 @@ SCHEMA = Section(
                     min=0.0,
                     max=0.5,
                 ),
+                "sefd_spectral_index": Option(
+                    float,
+                    None,
+                    "SEFD proportional to (f / band centre)^index, giving a noise per baseline "
+                    "and channel (0: equal channels, stored per channel); null: the same SEFD "
+                    "in every channel",
+                    min=-5.0,
+                    max=5.0,
+                    nullable=True,
+                ),
                 "flag_fraction": Option(
                     float, 0.0, "fraction of cells flagged at random", min=0.0, max=1.0
                 ),

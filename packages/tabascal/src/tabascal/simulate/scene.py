@@ -42,7 +42,9 @@ class SkyModel:
 @dataclass(frozen=True, eq=False)
 class Scene:
     """meta: the observation's geometry and grid. sky, rfi: the emitters. gains: (n_ant, n_freq,
-    n_time) complex128. noise: scalar or (n_bl,) float64 Jy (std of Re and Im). sefd_jy: (n_ant,).
+    n_time) complex128. noise: scalar, (n_bl,) or, with ``observation.sefd_spectral_index``,
+    (n_bl, n_freq) float64 Jy (std of Re and Im). sefd_jy: (n_ant,), at the band centre when
+    the SEFD varies across the band.
     """
 
     meta: ObservationMeta
@@ -122,9 +124,17 @@ def _sky(cfg: dict, seed: int, ra0, dec0, dish_m, freqs_hz) -> SkyModel:
     )
 
 
-def _noise(cfg: dict, seed: int, n_ant: int, a1, a2):
+def _noise(cfg: dict, seed: int, n_ant: int, a1, a2, freqs_hz):
+    """The noise std (a scalar, (n_bl,) with an SEFD spread, (n_bl, n_freq) with a spectral
+    index) and the stations' SEFDs (n_ant,): the radiometer equation, sigma = sqrt(SEFD_p
+    SEFD_q) / sqrt(2 chan_width int_time), with SEFD(f) = SEFD (f / f_centre)^index."""
     sefd = cfg["sefd_jy"] * np.exp(cfg["sefd_spread"] * _rng(seed, STREAM_NOISE).normal(size=n_ant))
     scale = 1 / np.sqrt(2 * cfg["chan_width_hz"] * cfg["int_time_s"])
+    index = cfg["sefd_spectral_index"]
+    if index is not None:
+        band = (freqs_hz / np.mean(freqs_hz)) ** index
+        per_baseline = np.broadcast_to(np.sqrt(sefd[a1] * sefd[a2]) * scale, (a1.size,))
+        return per_baseline[:, None] * band[None, :], sefd
     if cfg["sefd_spread"] == 0:
         return float(cfg["sefd_jy"] * scale), sefd
     return np.sqrt(sefd[a1] * sefd[a2]) * scale, sefd
@@ -176,7 +186,7 @@ def build_scene(config: dict) -> Scene:
         orbits=orbits,
         metadata={"creator": f"tabascal {__version__}", "simulation": config},
     )
-    noise, sefd = _noise(obs, seed, n_ant, a1, a2)
+    noise, sefd = _noise(obs, seed, n_ant, a1, a2, freqs_hz)
     return Scene(
         meta=meta,
         sky=_sky(config["sky"], seed, ra, dec, dish, freqs_hz),

@@ -169,13 +169,14 @@ def _pass_one(scene: Scene, sim_plan: SimulationPlan, scratch: dict, table, prog
 
 def _pass_two(scene: Scene, sim_plan: SimulationPlan, scratch: dict, writer, progress: bool):
     m, g = scene.meta, scene.gains
-    per_baseline = np.ndim(scene.noise) == 1
+    per_baseline = np.ndim(scene.noise) >= 1
     with tqdm(total=m.n_bl, desc="writing", unit="baseline", disable=not progress) as bar:
         for k, rows in enumerate(row_blocks(m.n_bl, sim_plan.chunk_rows)):
             sky, rfi = scratch["sky"][rows], scratch["rfi"][rows]
             a1, a2 = m.a1[rows], m.a2[rows]
             sigma = scene.noise[rows] if per_baseline else scene.noise
-            sigma = np.reshape(sigma, (-1, 1, 1)) if per_baseline else sigma
+            # (rows, 1, 1) per baseline, (rows, n_freq, 1) per baseline and channel
+            sigma = np.reshape(sigma, (len(sigma), -1, 1)) if per_baseline else sigma
             rng = np.random.default_rng([scene.seed, STREAM_VIS_NOISE, k])
             noise = rng.normal(size=(2, *sky.shape)) * sigma
             vis = g[a1] * (sky + rfi) * np.conj(g[a2]) + (noise[0] + 1j * noise[1])
@@ -275,6 +276,7 @@ def _simulate_into(config: dict, output: Path, work: Path, as_ms: bool, overwrit
         store,
         handed_meta(m, config["satellites"]["orbit_error"]),
         noise=None if np.ndim(scene.noise) else scene.noise,
+        noise_per_channel=np.ndim(scene.noise) == 2,
         truth=True,
         overwrite=overwrite,
         chunk_rows=sim_plan.chunk_rows,

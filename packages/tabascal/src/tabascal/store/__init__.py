@@ -8,7 +8,7 @@ array                          shape                           dtype      unit
 =============================  ==============================  =========  ===================
 vis                            (n_bl, n_freq, n_time)          complex64  Jy
 flags                          (n_bl, n_freq, n_time)          bool       True = bad
-noise                          () or (n_bl,)                   float64    Jy, std of Re and Im
+noise                          (), (n_bl,) or (n_bl, n_freq)   float64    Jy, std of Re and Im
 a1, a2                         (n_bl,)                         int32      antenna index
 ant_itrf                       (n_ant, 3)                      float64    m (ITRF)
 times_s                        (n_time,)                       float64    s from the start
@@ -34,6 +34,9 @@ instead of the ``satellites/*`` arrays in the attribute ``satellite_tle`` = {``l
 as before, and a reader without TLE support refuses such a store by naming the missing
 ``satellites/altitude_m`` array rather than misreading it. A store without satellites has
 ``satellites/*`` arrays of length 0.
+A noise per baseline and channel (the same in every integration) is an addition that keeps
+``format_version`` 1: a reader that knows only () and (n_bl,) refuses such a store by naming
+the noise's shape rather than misreading it.
 Baseline-shaped arrays share one chunking along the baseline axis (whole channel and time axes
 in each chunk), so a process reads its own rows only. Writes go to a hidden sibling directory
 renamed into place at the end: a failed write leaves nothing under the final name.

@@ -120,8 +120,10 @@ class Observation(ObservationMeta):
 
     a1, a2 (and so n_bl), vis, flags, a per-baseline noise and the truth visibilities cover the
     rows read; every other array is complete. vis: (n_rows, n_freq, n_time) complex64 Jy.
-    flags: the same shape, bool, True where the data are bad. noise: float64, () or (n_rows,),
-    the standard deviation of each of the real and imaginary parts (Jy). rows: the slice of the
+    flags: the same shape, bool, True where the data are bad. noise: float64, (), (n_rows,) or
+    (n_rows, n_freq), the standard deviation of each of the real and imaginary parts (Jy), one
+    value for every cell, per baseline, or per baseline and channel (the same in every
+    integration). rows: the slice of the
     store's rows. n_bl_total: baselines in the whole store. truth: None when there is none.
     """
 
@@ -139,7 +141,8 @@ class Observation(ObservationMeta):
 
 @dataclass(frozen=True)
 class StoreInfo:
-    """Sizes of a store, read from its metadata alone."""
+    """Sizes of a store, read from its metadata alone. noise_per_baseline: the noise has a
+    baseline axis, (n_bl,) or (n_bl, n_freq); noise_per_channel: and a channel axis too."""
 
     n_bl: int
     n_ant: int
@@ -150,6 +153,7 @@ class StoreInfo:
     noise_per_baseline: bool
     has_truth: bool
     format_version: int
+    noise_per_channel: bool = False
 
 
 @dataclass(frozen=True)

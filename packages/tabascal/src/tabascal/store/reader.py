@@ -136,8 +136,13 @@ def _shapes(path, group: zarr.Group) -> StoreInfo:
                 f"from a1, n_ant={n_ant} from ant_itrf, n_freq={n_freq} from freqs_hz, "
                 f"n_time={n_time} from times_s, n_sat={n_sat} from satellites/altitude_m)",
             )
-    if group["noise"].shape not in ((), (n_bl,)):
-        _fail(path, f"array 'noise' has shape {group['noise'].shape}, expected () or ({n_bl},)")
+    noise_shape = group["noise"].shape
+    if noise_shape not in ((), (n_bl,), (n_bl, n_freq)):
+        _fail(
+            path,
+            f"array 'noise' has shape {noise_shape}, expected () or ({n_bl},) or "
+            f"({n_bl}, {n_freq}) (per baseline and channel)",
+        )
     if group["vis"].dtype.kind != "c" or group["flags"].dtype != np.bool_:
         _fail(
             path,
@@ -151,9 +156,10 @@ def _shapes(path, group: zarr.Group) -> StoreInfo:
         n_time=n_time,
         n_sat=n_sat,
         chunk_rows=group["vis"].chunks[0],
-        noise_per_baseline=group["noise"].shape == (n_bl,),
+        noise_per_baseline=len(noise_shape) >= 1,
         has_truth="truth" in group,
         format_version=FORMAT_VERSION,
+        noise_per_channel=len(noise_shape) == 2,
     )
 
 

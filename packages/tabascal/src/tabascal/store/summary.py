@@ -30,7 +30,8 @@ class SatelliteSummary:
 class ObservationSummary:
     """RMS levels are over unflagged cells, in Jy; ``None`` where the store has no truth.
     missing_cells: cells of missing chunks read as flagged (``allow_missing``), counted in
-    flagged_fraction too."""
+    flagged_fraction too. noise_min, noise_max: over every value of the noise (per baseline
+    and channel with ``noise_per_channel``)."""
 
     path: str
     n_ant: int
@@ -55,6 +56,7 @@ class ObservationSummary:
     sky_rms: float | None
     rfi_rms: float | None
     satellites: tuple[SatelliteSummary, ...]
+    noise_per_channel: bool = False
 
 
 def summarize(
@@ -124,15 +126,17 @@ def summarize(
         sky_rms=rms["sky"] if info.has_truth else None,
         rfi_rms=rms["rfi"] if info.has_truth else None,
         satellites=satellites,
+        noise_per_channel=info.noise_per_channel,
     )
 
 
 def summary_lines(s: ObservationSummary) -> list[str]:
     """The summary as text lines, for ``tabascal inspect``."""
+    varies = "per baseline and channel" if s.noise_per_channel else "per baseline"
     noise = (
         f"{s.noise_min:.4g} Jy"
         if s.noise_min == s.noise_max
-        else (f"{s.noise_min:.4g} to {s.noise_max:.4g} Jy (per baseline)")
+        else (f"{s.noise_min:.4g} to {s.noise_max:.4g} Jy ({varies})")
     )
 
     def level(rms):

@@ -78,7 +78,8 @@ ARRAY_OPTIONS = {
 class ObservationWriter:
     """Write a new store block of baseline rows by block; it appears under ``path`` only whole.
 
-    ``noise`` is the scalar noise (Jy), or None to give a per-baseline noise with each block.
+    ``noise`` is the scalar noise (Jy), or None to give a per-baseline noise with each block:
+    (n_rows,), or (n_rows, n_freq) per baseline and channel with ``noise_per_channel``.
     ``truth``: whether truth visibilities come with each block and :meth:`write_truth` is
     called. Use as a context manager::
 
@@ -100,13 +101,19 @@ class ObservationWriter:
         meta: ObservationMeta,
         *,
         noise: float | None = None,
+        noise_per_channel: bool = False,
         truth: bool = False,
         overwrite: bool = False,
         chunk_rows: int | None = None,
     ):
+        if noise_per_channel and noise is not None:
+            raise ValueError(
+                "ObservationWriter: a noise per channel comes with each block; give noise=None"
+            )
         self.path = Path(path)
         self.meta = meta
         self.noise = noise
+        self.noise_per_channel = noise_per_channel
         self.truth = truth
         self.overwrite = overwrite
         chunk_rows = chunk_rows or default_chunk_rows(meta.n_freq, meta.n_time)
@@ -166,8 +173,13 @@ class ObservationWriter:
             ),
         }
         if self.noise is None:
+            channels = (m.n_freq,) if self.noise_per_channel else ()
             self._arrays["noise"] = group.create_array(
-                "noise", shape=(m.n_bl,), chunks=(self.chunk_rows,), dtype=float, **ARRAY_OPTIONS
+                "noise",
+                shape=(m.n_bl, *channels),
+                chunks=(self.chunk_rows, *channels),
+                dtype=float,
+                **ARRAY_OPTIONS,
             )
         else:
             group.create_array("noise", data=np.asarray(float(self.noise)), **ARRAY_OPTIONS)
@@ -182,7 +194,8 @@ class ObservationWriter:
         """Write rows ``start : start + len(vis)``.
 
         vis, flags (and sky_vis, rfi_vis when the writer keeps truth): (n_rows, n_freq, n_time);
-        noise: (n_rows,) when the writer has no scalar noise, else None.
+        noise: (n_rows,) when the writer has no scalar noise ((n_rows, n_freq) when it was
+        created with noise_per_channel), else None.
         """
         m = self.meta
         n_rows = np.shape(vis)[0]
@@ -200,11 +213,13 @@ class ObservationWriter:
                     f"write_rows: '{name}' has shape {np.shape(block)}, expected "
                     f"({n_rows}, {m.n_freq}, {m.n_time})"
                 )
+        noise_shape = (n_rows, m.n_freq) if self.noise_per_channel else (n_rows,)
         if (noise is None) != (self.noise is not None) or (
-            noise is not None and np.shape(noise) != (n_rows,)
+            noise is not None and np.shape(noise) != noise_shape
         ):
             raise ValueError(
-                "write_rows: give a per-baseline noise of shape (n_rows,) exactly when the "
+                f"write_rows: noise has shape {np.shape(noise)}; give a per-baseline noise of "
+                "shape (n_rows,) (with noise_per_channel (n_rows, n_freq)) exactly when the "
                 "writer was created with noise=None"
             )
         for name, block in blocks.items():
@@ -463,12 +478,13 @@ def write_observation(path, obs: Observation, *, overwrite: bool = False, chunk_
     """Write a complete observation (all rows) atomically; see :class:`ObservationWriter`."""
     if obs.rows != slice(0, obs.n_bl_total) or obs.n_bl != obs.n_bl_total:
         raise ValueError("write_observation: the observation must hold every row of its store")
-    per_baseline = np.ndim(obs.noise) == 1
+    per_baseline = np.ndim(obs.noise) >= 1
     t = obs.truth
     with ObservationWriter(
         path,
         obs.meta,
         noise=None if per_baseline else float(obs.noise),
+        noise_per_channel=np.ndim(obs.noise) == 2,
         truth=t is not None,
         overwrite=overwrite,
         chunk_rows=chunk_rows,
