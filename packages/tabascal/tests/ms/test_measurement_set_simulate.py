@@ -52,6 +52,11 @@ def test_simulated_ms_reads_as_the_simulated_store(simulated):
         elif isinstance(a, np.ndarray):
             np.testing.assert_array_equal(b, a)
             assert b.dtype == a.dtype, f.name
+        elif isinstance(a, float):
+            # The phase centre goes through casacore's J2000 conversion and back: equal to the
+            # last bit or two (measured 0 alone, 2.4e-16 after other MS tests in the process,
+            # as casacore's measures caches warm).
+            assert b == pytest.approx(a, rel=1e-14, abs=1e-14), f.name
         else:
             assert b == a, f.name
 
@@ -118,11 +123,21 @@ def twin_observations(tmp_path_factory):
     return [open_observation(where / name) for name in ("obs.zarr", "obs.ms")]
 
 
+# The MS route reads the phase centre back through casacore's J2000 conversion, whose nutation
+# and aberration casacore interpolates between the epochs it has cached: bit for bit in a
+# process that converted nothing before, a few units in the last place of the phase centre
+# after other Measurement Set tests (measured: 0 alone; after them, double 2.0e-8 relative at
+# worst, in the delays' phases, which multiply the phase centre's error; single 0, where the
+# difference is below float32's rounding, which a few units in its last place allow for).
+MODEL_INPUTS_RTOL = {"single": 1e-6, "double": 2e-6}
+
+
 @pytest.mark.parametrize("precision", ["single", "double"])
 def test_simulated_ms_builds_the_same_model_inputs_as_the_store(twin_observations, precision):
     """Every array the fit reads (data, flags, noise, geometry, delays, phases, tables and the
-    initial parameters) is the same, bit for bit, whether the observation came from the store
-    or from the MS written from it; so is the model's static spec (its RFI groups)."""
+    initial parameters) is the same whether the observation came from the store or from the MS
+    written from it, integers and flags exactly, floats to casacore's conversion of the phase
+    centre (``MODEL_INPUTS_RTOL``); so is the model's static spec (its RFI groups)."""
     import jax
 
     from tabascal.config import run_config
@@ -135,9 +150,17 @@ def test_simulated_ms_builds_the_same_model_inputs_as_the_store(twin_observation
         leaves, structure = zip(*map(jax.tree.flatten, trees), strict=True)
     assert structure[0] == structure[1] and models[0].spec == models[1].spec
     assert len(leaves[0]) > 20  # the parameters, constants and data were all compared
+    worst = 0.0
     for a, b in zip(*leaves, strict=True):
         assert a.dtype == b.dtype and a.shape == b.shape
-        np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
+        a, b = np.asarray(a), np.asarray(b)
+        if not np.issubdtype(a.dtype, np.inexact):
+            np.testing.assert_array_equal(b, a)
+            continue
+        scale = np.maximum(np.abs(a), np.finfo(a.dtype).tiny)
+        worst = max(worst, float(np.max(np.abs(b - a) / scale, initial=0.0)))
+        np.testing.assert_allclose(b, a, rtol=MODEL_INPUTS_RTOL[precision], atol=0)
+    print(f"{precision}: worst relative difference {worst:.1e}")
 
 
 def test_simulated_ms_fits_to_the_same_chi_squared_as_the_store(
@@ -162,8 +185,10 @@ def test_simulated_ms_fits_to_the_same_chi_squared_as_the_store(
     assert not jax.config.jax_enable_x64
     assert summaries[0]["chi2_final"] < 0.5 * summaries[0]["chi2_init"]
     for key in ("chi2_init", "chi2_final"):
-        # measured: equal (the inputs are identical, see the test above)
-        assert summaries[1][key] == pytest.approx(summaries[0][key], rel=1e-14, abs=0)
+        # measured: equal in a process that converted nothing before; up to 1.4e-9 apart
+        # (chi2_final) after other Measurement Set tests (see MODEL_INPUTS_RTOL)
+        print(f"{key}: {abs(summaries[1][key] / summaries[0][key] - 1):.1e} apart")
+        assert summaries[1][key] == pytest.approx(summaries[0][key], rel=1.5e-7, abs=0)
 
 
 def _tle_file(path, numbers):
