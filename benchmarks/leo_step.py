@@ -40,6 +40,9 @@ VARIANTS = {
     "gauss-limit-4": {"sampling": "gauss", "quadrature_limit": 4},
     "gauss-limit-8": {"sampling": "gauss", "quadrature_limit": 8},
     "gauss-limit-16": {"sampling": "gauss", "quadrature_limit": 16},
+    "gauss-freq-stencil-1": {"sampling": "gauss", "freq_stencil": 1},
+    "gauss-freq-stencil-3": {"sampling": "gauss", "freq_stencil": 3},
+    "gauss-stencils-7-3": {"sampling": "gauss", "time_stencil": 7, "freq_stencil": 3},
 }
 REFERENCE = {"sampling": "gauss", "quadrature_limit": 0, "tolerance": 1e-4, "max_samples": 512,
              "segments": 4, "terms": 16}  # fmt: skip

@@ -2,19 +2,21 @@
 simulation's exact per-antenna amplitudes, against the true RFI visibilities, over the noise.
 
 The model gives the RFI operators each antenna's signal at the centre of each integration, and
-they interpolate it (``rfi.time_stencil`` points) to their fine samples. Fed the simulation's
-own amplitudes there (``truth.rfi_amp``) in float64, the prediction's rms error against the
-truth's RFI visibilities (both before the gains) is the floor no fit of either signal model can
-go under, whatever its parameters: for GNSS satellites the averaging tolerance
-(``rfi.tolerance``); for a LEO, whose amplitude swings across the station beam's sidelobes
-within an integration, more.
+they interpolate it (``rfi.time_stencil`` points in time, ``rfi.freq_stencil`` in frequency) to
+their fine samples. Fed the simulation's own amplitudes there (``truth.rfi_amp``) in float64,
+the prediction's rms error against the truth's RFI visibilities (both before the gains) is the
+floor no fit of either signal model can go under, whatever its parameters: what the stencils
+cannot follow of the signal's spectrum and the station beam across a channel, of a LEO's
+swings across the beam's sidelobes within an integration, and of a rise within one.
 
-    python benchmarks/rfi_floor.py --scenarios demo leo-pass leo-rising --time-stencils 3 5 7
+    python benchmarks/rfi_floor.py --scenarios demo leo-pass leo-rising --time-stencils 3 5 7 \
+        --freq-stencils 1 3
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import tempfile
 from pathlib import Path
@@ -28,11 +30,12 @@ def _arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenarios", nargs="+", default=["demo", "leo-pass", "leo-rising"])
     parser.add_argument("--time-stencils", nargs="+", type=int, default=[3])
+    parser.add_argument("--freq-stencils", nargs="+", type=int, default=[3])
     parser.add_argument("--json", type=Path)
     return parser.parse_args(argv)
 
 
-def floor(obs, time_stencil: int) -> tuple[float, dict]:
+def floor(obs, time_stencil: int, freq_stencil: int) -> tuple[float, dict]:
     """(rms error / mean noise, RFI groups) of the operators fed the exact amplitudes."""
     import jax
     import numpy as np
@@ -41,7 +44,12 @@ def floor(obs, time_stencil: int) -> tuple[float, dict]:
     from tabascal.model import joint, rfi_vis
 
     with jax.enable_x64(True):
-        config = run_config.load({"precision": "double", "rfi": {"time_stencil": time_stencil}})
+        config = run_config.load(
+            {
+                "precision": "double",
+                "rfi": {"time_stencil": time_stencil, "freq_stencil": freq_stencil},
+            }
+        )
         model = joint.build(obs, run_config.model_config(config))
         c = model.constants
         amp = jax.numpy.asarray(obs.truth.rfi_amp, jax.numpy.complex128)
@@ -69,18 +77,22 @@ def main(argv=None) -> list[dict]:
             scenario = load_yaml(SCENARIOS / f"{name}.yaml")
             simulate(simulation_config("demo", scenario), store, progress=False)
             obs = read_observation(store)
-            for stencil in options.time_stencils:
-                value, groups = floor(obs, stencil)
+            for stencil, freq in itertools.product(options.time_stencils, options.freq_stencils):
+                value, groups = floor(obs, stencil, freq)
                 records.append(
                     {
                         **base,
                         "scenario": name,
                         "time_stencil": stencil,
+                        "freq_stencil": freq,
                         "rfi_floor_over_noise": value,
                         "rfi_groups": groups,
                     }
                 )
-                print(f"{name:>16}  time stencil {stencil}  floor {value:.3f} x noise  {groups}")
+                print(
+                    f"{name:>16}  stencils time {stencil} freq {freq}  "
+                    f"floor {value:.3f} x noise  {groups}"
+                )
     path = _common.write_json(records, options.json, "rfi_floor")
     print(f"wrote {path}")
     return records

@@ -84,8 +84,15 @@ class RfiVisConfig:
     )
     max_samples: int = option_field(256, "most fine samples per cell", min=1, max=4096)
     time_stencil: int = option_field(3, "Lagrange points per time stencil", min=1, max=MAX_STENCIL)
+    # The signal's spectrum and the station beam vary across a channel. Fed the simulation's
+    # exact amplitudes (benchmarks/rfi_floor.py, 2026-12-02), one point per channel (a constant
+    # across it) left 0.095 of the noise on the demo, 0.094 on hard-gnss, 0.050 on
+    # long-baselines and 0.70 on leo-rising (a LEO low in the beam's far sidelobes); three
+    # points left 0.014, 0.004, 0.006 and 0.39 (the rest there is the rise within one
+    # integration), for 1.6x the step time (benchmarks/leo_step.py, another job running: the
+    # demo 0.005 -> 0.008 s, the eight-LEO speed scenario 0.195 -> 0.320 s).
     freq_stencil: int = option_field(
-        1, "Lagrange points per frequency stencil", min=1, max=MAX_STENCIL
+        3, "Lagrange points per frequency stencil", min=1, max=MAX_STENCIL
     )
     segments: int = option_field(
         2, "analytic operator: pieces per integration", min=1, max=ri_kernels.MAX_SEGMENTS
