@@ -339,6 +339,15 @@ def rfi_time_scales(meta, config: ModelConfig) -> np.ndarray:
     fixed = config.rfi_signal.time_scale == "fixed" or config.rfi_signal.signal == "shared"
     if fixed or meta.n_sat == 0:
         return np.full(meta.n_sat, ceiling)
+    return beam_crossing_time_s(meta, ceiling)
+
+
+def beam_crossing_time_s(meta, ceiling: float) -> np.ndarray:
+    """The geometric time scale of ``rfi_time_scales`` (s), (n_sat,): how long each
+    satellite's amplitude on an antenna stays put as it crosses the station beam's
+    sidelobes, between one integration and ``ceiling``."""
+    if meta.n_sat == 0:
+        return np.zeros(0)
     omega = geometry.satellite_angular_speed(
         meta.ant_itrf, meta.orbits, meta.times_s, meta.gast0_rad
     ).max(axis=1)
@@ -505,6 +514,9 @@ def _rfi_start_params(obs, config: ModelConfig, frame: Frame, init: str, level: 
     phase, delay_us = orbit_corrections.corrected(
         frame.orbits, c.orbits, c.phase, c.delay_us, c.freq_mhz
     )
+    # Each satellite's per-antenna amplitude is smooth over its beam-crossing time (whatever
+    # the signal model's prior): the estimate averages the stopped data over that window.
+    window_s = beam_crossing_time_s(obs, config.rfi_signal.corr_time_s)
     estimate = rfi_estimate.estimate_rfi_signal(
         np.asarray(obs.vis),
         np.asarray(obs.flags, bool),
@@ -516,6 +528,7 @@ def _rfi_start_params(obs, config: ModelConfig, frame: Frame, init: str, level: 
         obs.int_time,
         obs.chan_width,
         ref_ant=config.gains.ref_ant,
+        window_cells=np.rint(window_s / obs.int_time).astype(int),
     )
     return rfi_signal.init_from_estimate(c.rfi_signal, estimate, noise=0.05 * level)
 
