@@ -188,9 +188,13 @@ def analytic_reference(
     dnu_mhz,
     int_time,
     freq_mhz,
+    view=None,
 ):
     """Time average over each cell of the polynomial amplitudes and the full delay series,
-    by dense Gauss-Legendre quadrature in float64: (n_bl, n_freq, n_time) complex128."""
+    by dense Gauss-Legendre quadrature in float64: (n_bl, n_freq, n_time) complex128. With
+    ``view`` ((n_rfi, n_time, 2), the part [lo, hi] of x in [-1, 1] of each cell in which each
+    source is in view) each source's integrand is integrated over its part alone, still
+    divided by the whole cell."""
     amp = np.asarray(amp, np.complex128)
     phase, delay_us, w_freq, g_time, dnu_mhz, freq_mhz = (
         np.asarray(x, np.float64) for x in (phase, delay_us, w_freq, g_time, dnu_mhz, freq_mhz)
@@ -209,6 +213,11 @@ def analytic_reference(
                         for k in range(1, diff.shape[1])
                     )
                     x, w = _gauss_legendre_nodes(rate)
+                    if view is None:
+                        x, w = np.broadcast_to(x, (amp.shape[1], x.size)), w[None, :]
+                    else:
+                        lo, hi = (np.asarray(view, np.float64)[:, t, k, None] for k in (0, 1))
+                        x, w = (lo + hi) / 2 + (hi - lo) / 2 * x, (hi - lo) / 2 * w
                     terms = []
                     for a in (p, q):
                         coef = np.zeros((amp.shape[1], g_time.shape[2]), np.complex128)
@@ -217,12 +226,15 @@ def analytic_reference(
                                 weight = w_freq[f, k, u] * g_time[t, l]
                                 stencil = amp[a, :, start_freq[f] + k, start_time[t] + l]
                                 coef += stencil[:, None] * weight[None, :]
-                        poly = coef @ x[None, :] ** np.arange(coef.shape[1])[:, None]
+                        poly = np.sum(
+                            coef[:, :, None] * x[:, None, :] ** np.arange(coef.shape[1])[:, None],
+                            axis=1,
+                        )
                         phi = _antenna_phase(
                             phase[a, :, f, t], delay_us[a, :, t], freq_mhz[f], dnu_mhz[u], half * x
                         )
                         terms.append(poly * np.exp(1j * phi))
-                    integrand = np.sum(terms[0] * np.conj(terms[1]), axis=0)
+                    integrand = terms[0] * np.conj(terms[1])  # (n_rfi, nodes)
                     vis[b, f, t] += np.sum(w * integrand) / 2 / dnu_mhz.size
     return vis
 

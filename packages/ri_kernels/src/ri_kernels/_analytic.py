@@ -75,6 +75,8 @@ class _AnalyticTables(NamedTuple):
     start_time: (n_time,) int32 first data time of each integration's stencil.
     dnu_mhz: (n_int_f,) real fine-channel offsets from the channel centre (MHz).
     freq_mhz: (n_freq,) real channel centres (MHz).
+    view: None (every source in view throughout), or (n_rfi, n_time, 2) real: the part
+        [lo, hi] of [-1, 1] (in x) of each integration in which each source is in view.
     """
 
     w_freq: jax.Array
@@ -83,6 +85,7 @@ class _AnalyticTables(NamedTuple):
     start_time: jax.Array
     dnu_mhz: jax.Array
     freq_mhz: jax.Array
+    view: jax.Array | None = None
 
 
 class _BlockGrid(NamedTuple):
@@ -119,11 +122,15 @@ class _PairEnds(NamedTuple):
 
 class _CellConstants(NamedTuple):
     """A block's cells' channel centres freq_mhz (C,) and fine offsets dnu_mhz (n_int_f,)
-    (MHz), and half the integration time half_time (s, a scalar)."""
+    (MHz), half the integration time half_time (s, a scalar), and where each source is in
+    view: None (throughout), or view_centre and view_half, (1, C, n_rfi, 1) each, the centre
+    and half-width in x of the part of the cell in which it is."""
 
     freq_mhz: jax.Array
     dnu_mhz: jax.Array
     half_time: jax.Array
+    view_centre: jax.Array | None = None
+    view_half: jax.Array | None = None
 
 
 def _pair_ends(signal, tables, int_time, p, q, cell_f, cell_t):
@@ -132,6 +139,9 @@ def _pair_ends(signal, tables, int_time, p, q, cell_f, cell_t):
     phase_p, phase_q = (signal.phase[i[:, None], cell_f, cell_t][..., None] for i in (p, q))
     delay_p, delay_q = (signal.delay[i[:, None], cell_t][..., None, :] for i in (p, q))
     cells = _CellConstants(tables.freq_mhz[cell_f], tables.dnu_mhz, int_time / 2)
+    if tables.view is not None:
+        lo, hi = (tables.view[:, cell_t, k].T[None, :, :, None] for k in (0, 1))
+        cells = cells._replace(view_centre=(lo + hi) / 2, view_half=(hi - lo) / 2)
     return _PairEnds(phase_p, phase_q, delay_p, delay_q), cells
 
 
@@ -192,7 +202,14 @@ def _moments(ends, cells, n_mom, options, n_slopes=0):
     W_0..W_{n_mom-1} named _MOMENTS and W_{n_mom}..W_{n_mom+n_slopes-1} named _SLOPES (None
     without ``n_slopes``), complex (count, B, C, n_rfi, n_int_f) arrays in amp's dtype."""
     real = ends.phase_p.dtype
-    re, im = cubic_moments_by_order(_phase_cubic(ends, cells), n_mom + n_slopes, **options)
+    cubic = _phase_cubic(ends, cells)
+    if cells.view_centre is None:
+        re, im = cubic_moments_by_order(cubic, n_mom + n_slopes, **options)
+    else:
+        centre, half = (v.astype(cubic.b.dtype) for v in (cells.view_centre, cells.view_half))
+        moved = _in_view_cubic(cubic, centre, half)
+        in_y = cubic_moments_by_order(moved, n_mom + n_slopes, **options)
+        re, im = _from_view(*in_y, centre, half)
 
     def named(orders, name):
         # Real and imaginary parts named as such: jax 0.10.2 fails to save a complex residual
@@ -202,6 +219,53 @@ def _moments(ends, cells, n_mom, options, n_slopes=0):
 
     slopes = named(slice(n_mom, None), _SLOPES) if n_slopes else None
     return named(slice(0, n_mom), _MOMENTS), slopes
+
+
+def _in_view_cubic(cubic, centre, half):
+    """The pair phase over the in-view part of the cell, ``x = centre + half y``, as a cubic in
+    y in [-1, 1]: phi0 + a x + b x^2 + c x^3 with x so substituted. A :class:`Cubic` (rad) or
+    :class:`TurnsCubic` (turns, phi0 and a as two-float pairs); centre and half broadcast
+    against its arrays. Exact where the source is in view throughout (centre 0, half 1)."""
+    if isinstance(cubic, Cubic):
+        phi0, a, b, c = cubic
+        return Cubic(
+            phi0 + centre * (a + centre * (b + centre * c)),
+            half * (a + centre * (2 * b + 3 * c * centre)),
+            half**2 * (b + 3 * c * centre),
+            half**3 * c,
+        )
+    b, c = cubic.b, cubic.c
+    a = (cubic.a_hi, cubic.a_lo)
+    curvature = centre * centre * (b + centre * c)  # b x^2 + c x^3 at the centre
+    phi0 = tf.add(tf.add((cubic.phi0_hi, cubic.phi0_lo), tf.scale(a, centre)), (curvature, 0.0))
+    slope = tf.scale(tf.add(a, (centre * (2 * b + 3 * c * centre), 0.0)), half)
+    return TurnsCubic(*phi0, *slope, half**2 * (b + 3 * c * centre), half**3 * c)
+
+
+def _from_view(re, im, centre, half):
+    """The moments over the cell, (1/2) int_lo^hi x^m e^(i phi) dx, from those in y over the
+    in-view part, x = centre + half y: ``W_m = half sum_j binom(m, j) centre^(m-j) half^j
+    W'_j``. re, im: (n, ...) in y; the same out, in x. Zero where the source is out of view
+    for the whole cell (half 0), and W' itself where it is in view throughout."""
+    n = re.shape[0]
+    centre_powers, half_powers = [jnp.ones_like(centre)], [half]  # centre^k, half^(k+1)
+    for _ in range(1, n):
+        centre_powers.append(centre_powers[-1] * centre)
+        half_powers.append(half_powers[-1] * half)
+    out = []
+    for part in (re, im):
+        out.append(
+            jnp.stack(
+                [
+                    sum(
+                        math.comb(m, j) * centre_powers[m - j] * half_powers[j] * part[j]
+                        for j in range(m + 1)
+                    )
+                    for m in range(n)
+                ]
+            )
+        )
+    return tuple(out)
 
 
 def _products(coef_p, conj_q, w):
@@ -384,6 +448,7 @@ def analytic_eval_with_indices(
     cubic_terms: int = 3,
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
     moments=None,
+    view=None,
 ):
     """RFI visibilities in closed form over each integration, for the baselines of ``indices``.
 
@@ -416,6 +481,12 @@ def analytic_eval_with_indices(
             of the operator's work. ``segments``, ``terms`` and ``cubic_terms`` are then those
             the moments were formed with; they are not used here. Kept moments are constants:
             pass moments=None when the delays are fitted.
+        view: None (every source in view throughout), or (n_rfi, n_time, 2) real, the part
+            ``[lo, hi]`` of [-1, 1] (in x) of each integration in which each source is in view
+            (a satellite rising or setting within it; ``lo = hi`` for none of it): the time
+            average then runs over that part alone, relative to the whole integration, with
+            the phase cubic and the moments taken exactly onto it. With ``moments`` given,
+            the moments are to have been formed with the same ``view``.
 
     Returns:
         (n_bl, n_freq, n_time) visibilities in amp's dtype.
@@ -447,6 +518,7 @@ def analytic_eval_with_indices(
         terms,
         cubic_terms,
         memory_budget_bytes,
+        view,
     )
     tables, delay_us, int_time, options = checked
     if moments is not None:
@@ -480,6 +552,7 @@ def _checked(
     terms,
     cubic_terms,
     memory_budget_bytes,
+    view=None,
 ):
     """The checks both seams make (``amp`` may be a ``jax.ShapeDtypeStruct``), then the
     operator's tables, delays with orders 0..3, integration time and static options."""
@@ -497,8 +570,16 @@ def _checked(
         "cubic_terms": _validate.option(fn, "cubic_terms", cubic_terms, 0, MAX_CUBIC_TERMS),
         "memory_budget_bytes": _validate.budget(fn, memory_budget_bytes),
     }
+    if view is not None:
+        _validate.view(fn, view, amp.shape[1], amp.shape[3], real)
     tables = _AnalyticTables(
-        w_freq, start_freq.astype("int32"), g_time, start_time.astype("int32"), dnu_mhz, freq_mhz
+        w_freq,
+        start_freq.astype("int32"),
+        g_time,
+        start_time.astype("int32"),
+        dnu_mhz,
+        freq_mhz,
+        view,
     )
     if delay_us.shape[-1] < 4:
         # No third derivative: the cubic coefficient is exactly zero, and so is every term of

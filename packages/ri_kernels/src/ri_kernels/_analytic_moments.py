@@ -87,9 +87,11 @@ def analytic_moments_with_indices(
     terms: int = 6,
     cubic_terms: int = 3,
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+    view=None,
 ):
     """The phase moments :func:`analytic_eval_with_indices` forms from the same arguments
-    (all but ``amp``), to be formed once and passed to it as ``moments`` at every call.
+    (all but ``amp``; ``view`` as there), to be formed once and passed to it as ``moments`` at
+    every call.
 
     ``W_m[b, f, t, r, u]``, m < 2 n_coef - 1, is the mean over x in [-1, 1] of
     ``x**m exp(i (phi0 + a x + b x**2 + c x**3))`` for pair b, source r and fine channel u of
@@ -129,6 +131,7 @@ def analytic_moments_with_indices(
         terms,
         cubic_terms,
         memory_budget_bytes,
+        view,
     )
     tables, delay_us, int_time, options = checked
     n_coef = g_time.shape[2]

@@ -43,11 +43,11 @@ class _QuadratureTables(NamedTuple):
     w_freq: (n_freq, n_sf, n_int_f) real weights of data channels start_freq[f] + k at fine
         channel u of channel f.
     start_freq: (n_freq,) int32 first data channel of each channel's stencil.
-    w_time: (n_time, n_st, n_int_t) real weights of data times start_time[t] + l at fine time
-        v of integration t.
+    w_time: (n_src_t, n_time, n_st, n_int_t) real weights of data times start_time[t] + l at
+        fine time v of integration t, n_src_t = 1 (the same for every source) or n_rfi.
     start_time: (n_time,) int32 first data time of each integration's stencil.
     dnu_mhz: (n_int_f,) real fine-channel offsets from the channel centre (MHz).
-    dt: (n_int_t,) real fine-time offsets from the cell centre (s).
+    dt: (n_src_t, n_time, n_int_t) real fine-time offsets from the cell centre (s).
     freq_mhz: (n_freq,) real channel centres (MHz).
     """
 
@@ -85,13 +85,14 @@ def _rotate_jvp(primals, tangents):
 def _delay_offset(delay, dt):
     """Delay change from the cell centre, ``sum_{k>=1} delay[..., k, :] dt**k / k!`` (Horner).
 
-    delay: (..., n_path, n_u) us, us/s, us/s^2...; dt: (n_int_t,) s. Returns (..., n_int_t,
-    n_u) us.
+    delay: (..., n_path, n_u) us, us/s, us/s^2...; dt: (..., n_int_t) s, its leading axes
+    broadcasting against delay's. Returns (..., n_int_t, n_u) us.
     """
     n_path = delay.shape[-2]
-    dt = dt[:, None]
+    dt = dt[..., None]
     if n_path == 1:
-        return jnp.zeros((*delay.shape[:-2], *dt.shape[:1], delay.shape[-1]), delay.dtype)
+        shape = jnp.broadcast_shapes(delay.shape[:-2], dt.shape[:-2])
+        return jnp.zeros((*shape, dt.shape[-2], delay.shape[-1]), delay.dtype)
     horner = delay[..., n_path - 1, None, :]
     for k in range(n_path - 2, 0, -1):
         horner = delay[..., k, None, :] + horner * (dt / (k + 1))
@@ -111,7 +112,7 @@ def _fine_signal(cell_f, cell_t, amp, phase, delay_us, tables, ant):
     vectorises, while with the flattened fine-sample axis innermost the same fusion ran 3x
     slower than materialising X (measured at the CPU benchmark size).
     """
-    n_sf, n_st = tables.w_freq.shape[1], tables.w_time.shape[1]
+    n_sf, n_st = tables.w_freq.shape[1], tables.w_time.shape[2]
     freq_rows = tables.start_freq[cell_f][:, None] + jnp.arange(n_sf)
     time_rows = tables.start_time[cell_t][:, None] + jnp.arange(n_st)
 
@@ -119,18 +120,20 @@ def _fine_signal(cell_f, cell_t, amp, phase, delay_us, tables, ant):
         return x if ant is None else x[..., ant]
 
     stencil = touched(amp[freq_rows[:, :, None], time_rows[:, None, :]])  # (C, k, l, n_rfi, n_u)
-    w_freq, w_time = tables.w_freq[cell_f], tables.w_time[cell_t]
-    weights = w_freq[:, :, None, :, None] * w_time[:, None, :, None, :]
+    w_freq = tables.w_freq[cell_f]  # (C, n_sf, n_int_f)
+    w_time = tables.w_time[:, cell_t].transpose(1, 2, 0, 3)  # (C, n_st, n_src_t, n_int_t)
+    weights = w_freq[:, :, None, None, :, None] * w_time[:, None, :, :, None, :]
     # A sum of a few broadcast products, which XLA fuses with the phase below; as an einsum
     # it was a complex matmul with a contraction of 3, twice slower.
     fine_amp = sum(
-        stencil[:, k, l, :, None, None, :] * weights[:, k, l, None, :, :, None]
+        stencil[:, k, l, :, None, None, :] * weights[:, k, l, :, :, :, None]
         for k in range(n_sf)
         for l in range(n_st)
     )  # (C, n_rfi, n_int_f, n_int_t, n_u)
     centre_phase = touched(phase[cell_f, cell_t])[:, :, None, None, :]  # (C, n_rfi, 1, 1, n_u)
     delay = touched(delay_us[cell_t])  # (C, n_rfi, n_path, n_u)
-    offset = _delay_offset(delay, tables.dt)[:, :, None]  # (C, n_rfi, 1, n_int_t, n_u)
+    dt = jnp.moveaxis(tables.dt[:, cell_t], 0, 1)  # (C, n_src_t, n_int_t)
+    offset = _delay_offset(delay, dt)[:, :, None]  # (C, n_rfi, 1, n_int_t, n_u)
     # freq * offset + dnu * (offset + delay_0) equals (freq + dnu) * offset + dnu * delay_0
     # without rounding freq + dnu, which costs ~1e-4 MHz in float32 at 1 GHz.
     freq_mhz = tables.freq_mhz[cell_f][:, None, None, None, None]
@@ -208,7 +211,7 @@ def _quadrature(indices, amp, phase, delay_us, tables, memory_budget_bytes):
     if n_bl == 0:
         return jnp.zeros((0, n_freq, n_time), amp.dtype)
     tables = jax.lax.stop_gradient(tables)
-    n_int_f, n_int_t = tables.dnu_mhz.shape[0], tables.dt.shape[0]
+    n_int_f, n_int_t = tables.dnu_mhz.shape[0], tables.dt.shape[-1]
     per_cell = _bytes_per_cell(amp, indices, n_int_f, n_int_t)
     # The signal with its cell axes first, so that blocks gather whole rows. A set with room
     # for every antenna lists them all in order (make_indices): nothing to gather. Otherwise
@@ -266,9 +269,13 @@ def quadrature_eval_with_indices(
         delay_us: (n_ant, n_rfi, n_time, n_path >= 1) real delay (us) relative to the array
             mean at each cell centre, then its time derivatives (us/s**k).
         w_freq, start_freq: (n_freq, n_sf, n_int_f) real weights, (n_freq,) integer starts.
-        w_time, start_time: (n_time, n_st, n_int_t) real weights, (n_time,) integer starts.
+        w_time, start_time: (n_time, n_st, n_int_t) real weights, (n_time,) integer starts;
+            or per source, (n_rfi, n_time, n_st, n_int_t) weights with the same starts.
         dnu_mhz: (n_int_f,) fine offsets from the channel centre (MHz).
-        dt: (n_int_t,) fine offsets from the cell centre (s).
+        dt: (n_int_t,) fine offsets from the cell centre (s); with per-source weights,
+            (n_rfi, n_time, n_int_t) per source and integration. Per-source tables take each
+            source's fine samples where it is in view (:func:`in_view_stencils`: a satellite
+            rising or setting within an integration).
         freq_mhz: (n_freq,) channel centres (MHz).
         memory_budget_bytes: approximate bytes of fine-grid intermediates per block of cells.
 
@@ -282,10 +289,25 @@ def quadrature_eval_with_indices(
     real, _, _, _ = _validate.signal(
         _FN, indices, amp, phase, delay_us, w_freq, start_freq, dnu_mhz, freq_mhz
     )
-    _, n_int_t = _validate.stencil(
-        _FN, "w_time", w_time, "start_time", start_time, amp.shape[3], "n_time", real, "n_int_t"
-    )
-    _validate.array(_FN, "dt", dt, real, (n_int_t,), "(n_int_t,)")
+    n_rfi, n_time = amp.shape[1], amp.shape[3]
+    per_source = getattr(w_time, "ndim", 0) == 4
+    if per_source:
+        _validate.array(
+            _FN, "w_time", w_time, real, (n_rfi, *w_time.shape[1:]), "(n_rfi, n_time, ...)"
+        )
+        _, n_int_t = _validate.stencil(
+            _FN, "w_time[0]", w_time[0], "start_time", start_time, n_time, "n_time", real, "n_int_t"
+        )
+        _validate.array(
+            _FN, "dt", dt, real, (n_rfi, n_time, n_int_t), "(n_rfi, n_time, n_int_t) per source"
+        )
+    else:
+        _, n_int_t = _validate.stencil(
+            _FN, "w_time", w_time, "start_time", start_time, n_time, "n_time", real, "n_int_t"
+        )
+        _validate.array(_FN, "dt", dt, real, (n_int_t,), "(n_int_t,)")
+        # the same for every source and integration
+        w_time, dt = w_time[None], jnp.broadcast_to(dt, (1, n_time, n_int_t))
     budget = _validate.budget(_FN, memory_budget_bytes)
     tables = _QuadratureTables(
         w_freq,

@@ -127,6 +127,66 @@ def lagrange_stencils(
     return weights.astype(dtype), start
 
 
+def in_view_stencils(
+    n_cells: int, offsets, scale, n_stencil: int, view, dtype=np.float64
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-source quadrature tables for sources in view during only part of some cells (a
+    satellite rising or setting within an integration).
+
+    Each source's fine samples in each cell are those of ``offsets`` moved into the part of the
+    cell where it is in view, ``[lo, hi]``: ``m + (hi - lo) offsets`` with ``m = (lo + hi)
+    / 2``; its Lagrange weights are taken there, times ``scale sqrt(hi - lo)``, so that the
+    operators' equal-weight mean, bilinear in the signal, becomes the rule of ``offsets`` and
+    ``scale`` (``gauss_legendre_offsets``, or ones for the midpoint rule) over the in-view part
+    alone, relative to the whole cell. A source out of view for a whole cell (hi = lo) gets
+    zero weights there, and one in view throughout (-1/2, 1/2) the tables of
+    ``lagrange_stencils``.
+
+    Args:
+        n_cells: cells on the axis (``n_time``).
+        offsets: (n_int,) fine-sample positions relative to the cell centre in cell widths,
+            in [-1/2, 1/2].
+        scale: (n_int,) scale of each sample's weights (``gauss_legendre_offsets``).
+        n_stencil: points per stencil, 1 <= n_stencil <= n_cells.
+        view: (n_src, n_cells, 2) the in-view part of each cell, ``lo <= hi`` in cell widths
+            relative to its centre, within [-1/2, 1/2].
+
+    Returns:
+        ``(weights, offsets, start)``: (n_src, n_cells, n_stencil, n_int) weights, (n_src,
+        n_cells, n_int) fine-sample positions in cell widths (times the cell width: the
+        quadrature operator's per-source ``dt``) and the (n_cells,) int32 starts, the same for
+        every source.
+    """
+    offsets = np.asarray(offsets, np.float64)
+    scale = np.asarray(scale, np.float64)
+    view = np.asarray(view, np.float64)
+    if offsets.ndim != 1 or offsets.size == 0 or scale.shape != offsets.shape:
+        raise ValueError(
+            f"in_view_stencils: offsets and scale must be non-empty 1-D arrays of one length; "
+            f"got shapes {offsets.shape} and {scale.shape}"
+        )
+    if view.ndim != 3 or view.shape[1:] != (n_cells, 2):
+        raise ValueError(
+            f"in_view_stencils: view has shape {view.shape}; expected (n_src, {n_cells}, 2)"
+        )
+    lo, hi = view[..., 0], view[..., 1]
+    if not np.all((-0.5 <= lo) & (lo <= hi) & (hi <= 0.5)):
+        raise ValueError(
+            "in_view_stencils: view must hold -1/2 <= lo <= hi <= 1/2 in every cell (the "
+            "in-view part of the cell, in cell widths from its centre)"
+        )
+    start, nodes = _basis_roots(n_cells, n_stencil)
+    positions = ((lo + hi) / 2)[..., None] + (hi - lo)[..., None] * offsets  # (s, c, v)
+    weights = np.ones((*view.shape[:2], n_stencil, offsets.size))
+    for l in range(n_stencil):
+        for m in range(n_stencil):
+            if m != l:
+                numerator = positions - nodes[None, :, m, None]
+                weights[:, :, l, :] *= numerator / (nodes[:, l] - nodes[:, m])[None, :, None]
+    weights *= scale * np.sqrt(hi - lo)[..., None, None]
+    return weights.astype(dtype), positions.astype(dtype), start
+
+
 def monomial_stencils(n_cells: int, n_coef: int, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
     """Lagrange stencils as monomial coefficients in x = 2 tau / int_time (analytic operator).
 

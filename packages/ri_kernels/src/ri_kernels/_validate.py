@@ -158,6 +158,22 @@ def coefficients(fn: str, n_coef: int) -> None:
         )
 
 
+def view(fn: str, value, n_rfi: int, n_time: int, dtype: np.dtype) -> None:
+    """The in-view part [lo, hi] of each source's integrations, within [-1, 1]."""
+    array(fn, "view", value, dtype, (n_rfi, n_time, 2), "(n_rfi, n_time, 2)")
+    known = concrete(value)
+    if known is not None:
+        lo, hi = known[..., 0], known[..., 1]
+        bad = np.argwhere(~((-1 <= lo) & (lo <= hi) & (hi <= 1)))
+        if bad.size:
+            r, t = (int(i) for i in bad[0])
+            raise ValueError(
+                f"{fn}: view[{r}, {t}] = {known[r, t].tolist()}; each source's in-view part "
+                f"of an integration must be [lo, hi] with -1 <= lo <= hi <= 1 (in x = 2 tau / "
+                f"int_time; lo = hi where it is out of view throughout) ({len(bad)} bad cells)"
+            )
+
+
 def budget(fn: str, memory_budget_bytes) -> int:
     return option(fn, "memory_budget_bytes", memory_budget_bytes, 1, 1 << 50)
 
