@@ -201,8 +201,9 @@ def satellite_table(
 
     Each entry: ``index`` (the satellite's index in the store, as ``rfi_vis_by_satellite`` and
     export-ms's ``TAB_RFI_SAT<index>`` count them), ``name``, ``peak_over_noise`` and
-    ``rms_over_noise`` (``Apparent``) and ``in_view_fraction`` (of the integrations it is above
-    ``satellites.min_elevation_deg``, the model's ``rfi_in_view_fraction``). extra: None, or one
+    ``rms_over_noise`` (``Apparent``) and ``in_view_fraction`` (of the observation's time it is
+    above ``satellites.min_elevation_deg``, the model's ``rfi_in_view_fraction``, which counts
+    the part of an integration it rises or sets in). extra: None, or one
     mapping per satellite merged into its entry (a key the entry already has is refused).
     """
     n_sat = len(labels)

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import ri_kernels
 from tabascal.config import ConfigError, option_field
 from tabascal.model import (
     gains,
@@ -59,7 +60,8 @@ class ModelConfig:
     fov_radius_deg: radius of the sky field whose fringes the sky prior must follow; None
       takes the station beam's first null at the lowest channel, 1.22 c / (f_min D).
     min_elevation_deg: a satellite contributes nothing where it is at or below this elevation
-      at the array centre (0: the horizon).
+      at the array centre (0: the horizon); within an integration in which it crosses it, its
+      visibilities are averaged over the part above (``satellite_view``).
     precision: "single" (complex64) or "double" (complex128).
     """
 
@@ -245,6 +247,60 @@ def satellites_in_view(meta, config: ModelConfig) -> np.ndarray:
     return in_view
 
 
+# Halvings of an integration in the search for the time a satellite crosses the minimum
+# elevation within it: 40 leave 2^-40 of the integration.
+_CROSSING_STEPS = 40
+
+
+def satellite_view(meta, config: ModelConfig) -> np.ndarray | None:
+    """The part of each integration in which each satellite is above
+    ``config.min_elevation_deg`` at the array centre, as the RFI operators take it: (n_sat,
+    n_time, 2) float64 ``[lo, hi]`` in x = 2 (t - t_centre) / int_time, ``lo = hi = 0`` where
+    it is below throughout. The crossing time within an integration is found by bisection;
+    a satellite is taken to cross at most once per integration. None where every satellite is
+    up throughout every integration: the operators then need no view."""
+    if meta.n_sat == 0:
+        return None
+    limit = np.deg2rad(config.min_elevation_deg)
+    half = meta.int_time / 2
+    times = np.asarray(meta.times_s, np.float64)
+
+    def up(at_s):  # (n_sat, len(at_s)) bool
+        elevation = geometry.satellite_elevation(meta.ant_itrf, meta.orbits, at_s, meta.gast0_rad)
+        return elevation > limit
+
+    start, end = up(times - half), up(times + half)
+    if np.all(start & end):
+        return None
+    view = np.zeros((meta.n_sat, meta.n_time, 2))
+    view[start & end] = (-1.0, 1.0)
+    src, cell = np.nonzero(start != end)
+    rising = end[src, cell]
+    lo, hi = np.full(src.size, -1.0), np.full(src.size, 1.0)  # the crossing lies between
+    for _ in range(_CROSSING_STEPS):
+        mid = (lo + hi) / 2
+        above = up(times[cell] + half * mid)[src, np.arange(src.size)]
+        before = above == rising  # the crossing is before mid
+        lo, hi = np.where(before, lo, mid), np.where(before, mid, hi)
+    crossing = (lo + hi) / 2
+    view[src, cell, 0] = np.where(rising, crossing, -1.0)
+    view[src, cell, 1] = np.where(rising, 1.0, crossing)
+    return view
+
+
+def stencil_reach(in_view: np.ndarray, n_stencil: int) -> np.ndarray:
+    """(n_sat, n_time) bool: the data cells whose signal the time stencil of some integration
+    in view (``in_view``, (n_sat, n_time) bool) reads. Where a satellite rises or sets within
+    an integration the operators interpolate its signal from cells on both sides, so those
+    beyond the horizon keep their values; the view zeroes what they would add there."""
+    n_time = in_view.shape[1]
+    start = ri_kernels.stencil_starts(n_time, min(n_stencil, n_time))
+    reach = np.zeros(in_view.shape[::-1], bool)
+    for l in range(min(n_stencil, n_time)):
+        np.logical_or.at(reach, start + l, in_view.T)
+    return reach.T
+
+
 def check_observation(obs) -> None:
     """Refuse observations the model cannot fit, before any heavy work (host)."""
     if np.all(obs.flags):
@@ -379,7 +435,7 @@ def rfi_antenna_factor(meta, in_view: np.ndarray) -> np.ndarray:
     return factor / np.where(rms > 0, rms, 1.0)[None, :, None, None]
 
 
-def _groups(meta, geom: Geometry, snr: float, config: ModelConfig, real):
+def _groups(meta, geom: Geometry, snr: float, config: ModelConfig, real, view=None):
     if meta.n_sat == 0:
         return (), (), {}  # no RFI term: predict_rfi gives zeros
     labels, specs = rfi_vis.plan_groups(geom.time_cycles, geom.freq_cycles, snr, config.rfi_vis)
@@ -396,6 +452,7 @@ def _groups(meta, geom: Geometry, snr: float, config: ModelConfig, real):
             meta.int_time,
             config.rfi_vis,
             real,
+            view=view,
         )
         for g, spec in enumerate(specs)
     )
@@ -428,8 +485,13 @@ def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None 
     real = np.dtype(PRECISIONS[config.precision])
     n_ant, n_src, n_freq, n_time = meta.n_ant, meta.n_sat, meta.n_freq, meta.n_time
     geom = observation_geometry(meta, config) if geom is None else geom
-    specs, tables, group_sizes = _groups(meta, geom, snr, config, real)
+    view = satellite_view(meta, config)
+    specs, tables, group_sizes = _groups(meta, geom, snr, config, real, view)
     in_view = satellites_in_view(meta, config)
+    in_view_fraction = in_view.mean(axis=1)
+    if view is not None:  # the signal where the in-view integrations' stencils read it
+        in_view_fraction = np.mean(view[..., 1] - view[..., 0], axis=1) / 2
+        in_view = stencil_reach(view[..., 1] > view[..., 0], config.rfi_vis.time_stencil)
     corr_time_s = rfi_time_scales(meta, config)
     spec = ModelSpec(meta.n_bl, n_ant, n_src, n_freq, n_time, specs, config.rfi_vis)
     rfi_c = rfi_signal.make_constants(
@@ -479,7 +541,7 @@ def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None 
         "rfi_snr": snr,
         "rfi_level": rfi_level,
         "rfi_corr_time_s": [float(t) for t in corr_time_s],
-        "rfi_in_view_fraction": [float(f) for f in in_view.mean(axis=1)],
+        "rfi_in_view_fraction": [float(f) for f in in_view_fraction],
         "sky_modes": [grid.half_freq * 2 + 1, grid.half_time * 2 + 1],
         "fov_radius_deg": float(np.rad2deg(geom.fov_radius_rad)),
     }

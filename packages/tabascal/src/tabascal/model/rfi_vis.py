@@ -149,7 +149,11 @@ class GroupTables(NamedTuple):
     w_time, start_time: (n_time, n_st, n_int_t) or, for analytic, the monomial table
     (n_time, n_coef, n_coef), and (n_time,). dnu_mhz: (n_int_f,). dt: (n_int_t,) s (quadrature)
     or () the integration time in s (analytic). moments: None, or for an analytic group the
-    phase moments of its rows kept across steps (``with_phase_cache``).
+    phase moments of its rows kept across steps (``with_phase_cache``). Where a satellite is in
+    view for only part of some integrations (``joint.satellite_view``), a quadrature group's
+    w_time and dt are per source, (n_src, n_time, n_st, n_int_t) and (n_src, n_time,
+    n_int_t), its fine samples in the in-view part (``ri_kernels.in_view_stencils``), and an
+    analytic group's view is that part, (n_src, n_time, 2) in x; otherwise view is None.
     """
 
     indices: ri_kernels.BaselineIndices
@@ -161,6 +165,7 @@ class GroupTables(NamedTuple):
     dnu_mhz: jax.Array
     dt: jax.Array
     moments: jax.Array | None = None
+    view: jax.Array | None = None
 
 
 def _midpoint_error_bound(cycles: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -263,8 +268,11 @@ def make_group_tables(
     int_time: float,
     config: RfiVisConfig,
     dtype,
+    view=None,
 ) -> GroupTables:
-    """The tables and indices of one group (host side). rows: (n_rows,) output rows."""
+    """The tables and indices of one group (host side). rows: (n_rows,) output rows; view:
+    None, or (n_src, n_time, 2) the part of each integration in which each source is in view,
+    in x = 2 tau / int_time (``joint.satellite_view``)."""
     chan_mhz = chan_width * 1e-6
     dnu_mhz, freq_scale = _fine_samples(chan_mhz, spec.n_freq_samples, config.sampling)
     w_freq, start_freq = ri_kernels.lagrange_stencils(
@@ -274,8 +282,15 @@ def make_group_tables(
     stencil = min(config.time_stencil, n_time)
     if spec.operator == "quadrature":
         dt, time_scale = _fine_samples(int_time, spec.n_time_samples, config.sampling)
-        w_time, start_time = ri_kernels.lagrange_stencils(n_time, dt / int_time, stencil)
-        w_time = w_time * time_scale
+        if view is None:
+            w_time, start_time = ri_kernels.lagrange_stencils(n_time, dt / int_time, stencil)
+            w_time = w_time * time_scale
+        else:
+            w_time, positions, start_time = ri_kernels.in_view_stencils(
+                n_time, dt / int_time, time_scale, stencil, np.asarray(view) / 2
+            )
+            dt = positions * int_time
+        view = None  # held in the per-source tables
     else:
         dt = np.asarray(int_time)
         w_time, start_time = ri_kernels.monomial_stencils(n_time, stencil)
@@ -290,6 +305,7 @@ def make_group_tables(
         start_time=jnp.asarray(start_time, jnp.int32),
         dnu_mhz=jnp.asarray(dnu_mhz, real),
         dt=jnp.asarray(dt, real),
+        view=None if view is None else jnp.asarray(view, real),
     )
 
 
@@ -349,7 +365,7 @@ def evaluate_group(
             *signal, memory_budget_bytes=config.memory_budget_bytes
         )
     return ri_kernels.analytic_eval_with_indices(
-        *signal, **_analytic_options(config), moments=tables.moments
+        *signal, **_analytic_options(config), moments=tables.moments, view=tables.view
     )
 
 
@@ -404,7 +420,12 @@ def phase_cache_report(sizes_bytes, specs, keep, config: RfiVisConfig) -> dict:
 def group_moments(spec: GroupSpec, tables: GroupTables, phase, delay_us, freq_mhz, config):
     """The phase moments of an analytic group's rows (``ri_kernels``), formed once."""
     return ri_kernels.analytic_moments_with_indices(
-        tables.indices, phase, delay_us, *_grid(tables, freq_mhz), **_analytic_options(config)
+        tables.indices,
+        phase,
+        delay_us,
+        *_grid(tables, freq_mhz),
+        **_analytic_options(config),
+        view=tables.view,
     )
 
 

@@ -354,6 +354,7 @@ def _group_partition_specs(groups):
             rows=P(AXIS),
             **{f: P() for f in _TABLE_FIELDS},
             moments=None if tables.moments is None else P(AXIS),
+            view=None if tables.view is None else P(),
         )
         for tables in groups
     )
@@ -422,7 +423,7 @@ def predict_rfi(
 
 
 _TABLE_FIELDS = tuple(
-    f for f in rfi_vis.GroupTables._fields if f not in ("indices", "rows", "moments")
+    f for f in rfi_vis.GroupTables._fields if f not in ("indices", "rows", "moments", "view")
 )
 
 

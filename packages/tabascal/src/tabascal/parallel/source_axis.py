@@ -81,9 +81,14 @@ def shard_model(model: joint.Model, mesh: Mesh) -> SourceShardedModel:
         mask=sources(c.rfi_signal.mask, 0),
         factor=sources(c.rfi_signal.factor, 0),
     )
-    constants = jax.device_put(c._replace(rfi_signal=None, phase=None, delay_us=None), replicated)
+    constants = jax.device_put(
+        c._replace(rfi_signal=None, phase=None, delay_us=None, groups=None), replicated
+    )
     constants = constants._replace(
-        rfi_signal=signal, phase=sources(c.phase, 0), delay_us=sources(c.delay_us, 0)
+        rfi_signal=signal,
+        phase=sources(c.phase, 0),
+        delay_us=sources(c.delay_us, 0),
+        groups=tuple(_place_group(tables, n_src, mesh) for tables in c.groups),
     )
     params = jax.device_put(model.params._replace(rfi=None), replicated)._replace(
         rfi=rfi_signal.RfiSignalParams(sources(model.params.rfi.z, 0))
@@ -93,6 +98,41 @@ def shard_model(model: joint.Model, mesh: Mesh) -> SourceShardedModel:
     return SourceShardedModel(
         SourceShardedSpec(model.spec, mesh, n_src), constants, data, params, info
     )
+
+
+def _per_source_fields(tables: rfi_vis.GroupTables) -> tuple[str, ...]:
+    """The group's tables with a leading source axis: a quadrature group's per-source weights
+    and fine times, an analytic group's view (sources in view for part of an integration)."""
+    fields = ("w_time", "dt") if tables.dt.ndim == 3 else ()
+    return fields + (("view",) if tables.view is not None else ())
+
+
+def _place_group(tables: rfi_vis.GroupTables, n_src: int, mesh: Mesh) -> rfi_vis.GroupTables:
+    """A group's tables replicated, but for its per-source ones, padded with zeros for the
+    dark sources (no weight: nothing of them is averaged) and split like the sources."""
+    per_source = _per_source_fields(tables)
+    placed = jax.device_put(tables._replace(**dict.fromkeys(per_source)), NamedSharding(mesh, P()))
+    by_source = NamedSharding(mesh, P(AXIS))
+
+    def padded(x):
+        x = np.asarray(x)
+        tail = np.zeros((n_src - x.shape[0], *x.shape[1:]), x.dtype)
+        return jax.device_put(np.concatenate([x, tail]), by_source)
+
+    return placed._replace(**{f: padded(getattr(tables, f)) for f in per_source})
+
+
+def _group_specs(groups) -> tuple:
+    """in_specs of the groups on the map: per-source tables split, the rest replicated."""
+    specs = []
+    for tables in groups:
+        per_source = _per_source_fields(tables)
+        specs.append(
+            tables._replace(
+                **{f: None if getattr(tables, f) is None else P() for f in tables._fields},
+            )._replace(**dict.fromkeys(per_source, P(AXIS)))
+        )
+    return tuple(specs)
 
 
 def predict_rfi(rfi_params, constants: joint.ModelConstants, spec: SourceShardedSpec):
@@ -110,7 +150,10 @@ def predict_rfi(rfi_params, constants: joint.ModelConstants, spec: SourceSharded
         return jax.lax.psum(vis, AXIS)
 
     mapped = jax.shard_map(
-        local, mesh=spec.mesh, in_specs=(SOURCE, SOURCE, SOURCE, P(), P()), out_specs=P()
+        local,
+        mesh=spec.mesh,
+        in_specs=(SOURCE, SOURCE, SOURCE, P(), _group_specs(constants.groups)),
+        out_specs=P(),
     )
     return mapped(amp, constants.phase, constants.delay_us, constants.freq_mhz, constants.groups)
 
