@@ -7,7 +7,10 @@ their fine samples. Fed the simulation's own amplitudes there (``truth.rfi_amp``
 the prediction's rms error against the truth's RFI visibilities (both before the gains) is the
 floor no fit of either signal model can go under, whatever its parameters: what the stencils
 cannot follow of the signal's spectrum and the station beam across a channel, of a LEO's
-swings across the beam's sidelobes within an integration, and of a rise within one.
+swings across the beam's sidelobes within an integration, and of a rise within one. (The
+truth's amplitudes are zero at the integrations whose centres are below the horizon, which
+the stencils of the integration a satellite rises in read: there this floor overstates what
+a fit, free to give those cells the signal's value, can reach.)
 
     python benchmarks/rfi_floor.py --scenarios demo leo-pass leo-rising --time-stencils 3 5 7 \
         --freq-stencils 1 3
