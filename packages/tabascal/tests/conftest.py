@@ -60,6 +60,28 @@ def small_store(tmp_path_factory):
     return path
 
 
+#: A Starlink-like LEO below the horizon for the first minute of four, seen by 5 stations in
+#: one channel: a pass rising during the observation.
+RISING = {
+    "array": {"n_stations": 5},
+    "observation": {"n_time": 120, "n_freq": 1},
+    "satellites": {
+        "count": 0,
+        "orbits": [
+            {"name": "LEO-RISING", "altitude_m": 550e3, "inclination_deg": 53.0,
+             "raan_deg": 196.27, "arg_lat_deg": 301.24, "eirp_dbw_hz": -45.0}
+        ],
+    },
+}  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def rising_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("obs") / "rising.zarr"
+    simulate(simulation_config("demo", RISING), path)
+    return path
+
+
 @pytest.fixture(scope="session")
 def demo_store(tmp_path_factory):
     path = tmp_path_factory.mktemp("obs") / "demo.zarr"

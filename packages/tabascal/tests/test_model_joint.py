@@ -14,7 +14,6 @@ from tabascal.fitting import optimiser
 from tabascal.model import joint, rfi_signal, rfi_vis
 from tabascal.observation import geometry
 from tabascal.observation.geometry import CircularOrbits
-from tabascal.simulate import simulate, simulation_config
 from tabascal.store import read_observation
 
 
@@ -259,21 +258,15 @@ def test_satellite_view_finds_each_crossing_of_the_minimum_elevation(obs):
     assert joint.satellite_view(obs, joint.ModelConfig()) is None
 
 
-def test_a_rising_satellites_partial_integration_is_predicted_as_well_as_a_whole_one(tmp_path):
+def test_a_rising_satellites_partial_integration_is_predicted_as_well_as_a_whole_one(
+    rising_store,
+):
     """A LEO rising a quarter of the way into one integration (the simulator averages its
     visibilities over the part above the horizon): fed the simulation's own amplitudes, one
     value per integration (time stencil 1: no interpolation across the horizon), the model's
     RFI in that integration errs about as much as in the whole ones after it, where averaging
     over the whole integration would err ten times more."""
-    rising = {"name": "LEO-RISING", "altitude_m": 550e3, "inclination_deg": 53.0,
-              "raan_deg": 196.27, "arg_lat_deg": 301.24, "eirp_dbw_hz": -45.0}  # fmt: skip
-    overrides = {
-        "array": {"n_stations": 5},
-        "observation": {"n_time": 120, "n_freq": 1},
-        "satellites": {"count": 0, "orbits": [rising]},
-    }
-    simulate(simulation_config("demo", overrides), tmp_path / "obs.zarr", progress=False)
-    rise_obs = read_observation(tmp_path / "obs.zarr")
+    rise_obs = read_observation(rising_store)
     with jax.enable_x64(True):
         config = run_config.model_config(
             run_config.load({"precision": "double", "rfi": {"time_stencil": 1}})

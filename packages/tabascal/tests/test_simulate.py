@@ -270,18 +270,10 @@ def test_scenes_the_simulator_cannot_build_are_refused(overrides, message):
         build_scene(simulation_config("demo", overrides))
 
 
-def test_a_rising_satellite_has_no_rfi_until_it_is_above_the_horizon(tmp_path):
+def test_a_rising_satellite_has_no_rfi_until_it_is_above_the_horizon(rising_store):
     """An explicit LEO orbit below the horizon for the first minute of four: simulated, not
     refused, with the true RFI signal exactly zero while it is below and not after."""
-    rising = {"name": "LEO-RISING", "altitude_m": 550e3, "inclination_deg": 53.0,
-              "raan_deg": 196.27, "arg_lat_deg": 301.24, "eirp_dbw_hz": -45.0}  # fmt: skip
-    overrides = {
-        "array": {"n_stations": 5},
-        "observation": {"n_time": 120, "n_freq": 1},
-        "satellites": {"count": 0, "orbits": [rising]},
-    }
-    simulate(simulation_config("demo", overrides), tmp_path / "obs.zarr")
-    obs = read_observation(tmp_path / "obs.zarr")
+    obs = read_observation(rising_store)
     elevation = geo.satellite_elevation(obs.ant_itrf, obs.orbits, obs.times_s, obs.gast0_rad)[0]
     below = elevation <= 0
     assert 10 < below.sum() < 60 and not below[-1]  # measured: 26 of 120 integrations below
