@@ -72,23 +72,23 @@ def smearing(delay_us, a1, a2, freqs_hz, int_time, chan_width, src) -> np.ndarra
     return time * np.sinc(chan_width * 1e-6 * d[:, None, :, 0])
 
 
-def _rank_one(stopped, weight, smear, a1, a2, n_ant, ref_ant, n_iter):
-    """Per cell, A with sum_b weight_b |stopped_b - smear_b A[a1_b] conj(A[a2_b])|^2 least:
-    stopped, weight, smear (n_bl, n_freq, n_time) -> A (n_ant, n_freq, n_time) complex."""
+def _rank_one(stopped, weight, a1, a2, n_ant, ref_ant, n_iter):
+    """Per cell, A with sum_b weight_b |stopped_b - A[a1_b] conj(A[a2_b])|^2 least:
+    stopped, weight (n_bl, n_freq, n_time) -> A (n_ant, n_freq, n_time) complex."""
     _, n_freq, n_time = stopped.shape
     power = np.zeros((n_ant, n_freq, n_time))
     count = np.zeros((n_ant, n_freq, n_time))
     for ends in (a1, a2):
-        np.add.at(power, ends, weight * np.abs(smear * stopped))
-        np.add.at(count, ends, weight * smear**2)
+        np.add.at(power, ends, weight * np.abs(stopped))
+        np.add.at(count, ends, weight)
     amp = np.sqrt(power / np.maximum(count, 1e-30)).astype(np.complex128)
     for _ in range(n_iter):
         numerator = np.zeros((n_ant, n_freq, n_time), np.complex128)
         denominator = np.zeros((n_ant, n_freq, n_time))
-        np.add.at(numerator, a1, weight * smear * stopped * amp[a2])
-        np.add.at(numerator, a2, weight * smear * stopped.conj() * amp[a1])
-        np.add.at(denominator, a1, weight * smear**2 * np.abs(amp[a2]) ** 2)
-        np.add.at(denominator, a2, weight * smear**2 * np.abs(amp[a1]) ** 2)
+        np.add.at(numerator, a1, weight * stopped * amp[a2])
+        np.add.at(numerator, a2, weight * stopped.conj() * amp[a1])
+        np.add.at(denominator, a1, weight * np.abs(amp[a2]) ** 2)
+        np.add.at(denominator, a2, weight * np.abs(amp[a1]) ** 2)
         update = np.where(denominator > 0, numerator / np.maximum(denominator, 1e-300), 0.0)
         # The plain update maps c A to A / conj(c) and so oscillates; averaging it with the
         # previous iterate converges (as in StEFCal, Salvini & Wijnholds 2014).
@@ -155,8 +155,9 @@ def estimate_rfi_signal(
     windows = np.maximum(windows, 1) // 2 * 2 + 1  # odd: centred on each integration
 
     def fit(r, data):
-        stopped, w = _windowed(data * fringe[:, r].conj(), weight[r], smear[r], windows[r])
-        return _rank_one(stopped, w, np.ones_like(w), a1, a2, n_ant, ref_ant, n_iter)
+        # the window's least squares takes the smearing out: its products are unsmeared
+        products, w = _windowed(data * fringe[:, r].conj(), weight[r], smear[r], windows[r])
+        return _rank_one(products, w, a1, a2, n_ant, ref_ant, n_iter)
 
     # The order, brightest first, by each satellite's coherent power: the data stopped for
     # its fringe and averaged over the integrations. Its own contribution then adds up, the
