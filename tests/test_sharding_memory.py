@@ -89,6 +89,35 @@ def test_every_baseline_shaped_array_divides_over_four_devices(model, reuse):
     assert max(added) <= 0.3 * single and min(added) > 0
 
 
+def test_rfi_geometry_per_device_holds_only_its_antennas(model):
+    """With the reuse plan the RFI phase and delays (per antenna, replicated before) are placed
+    per device: each device holds the rows of its compact antenna table and no more. Without
+    the plan every device touches every antenna, and they stay replicated."""
+    geometry = ("phase", "delay_us")
+    n_ant = model.spec.n_ant
+    plain = baseline_axis.shard_model(model, baseline_axis.make_mesh(N_DEVICES))
+    assert not plain.spec.device_geometry
+    for name in geometry:
+        assert (
+            _largest_shard(getattr(plain.constants, name)) == getattr(model.constants, name).nbytes
+        )
+
+    sharded = baseline_axis.shard_model(model, baseline_axis.make_mesh(N_DEVICES), reuse=True)
+    assert sharded.spec.device_geometry
+    ratios = {
+        name: _largest_shard(getattr(sharded.constants, name))
+        / getattr(model.constants, name).nbytes
+        for name in geometry
+    }
+    antennas = sharded.plan.n_ant_total
+    print(f"geometry per device / one device: {ratios}, {antennas} of {n_ant} antennas")
+    for name, ratio in ratios.items():
+        # One device's rows: its compact table (ghosts and unused slots included) over all.
+        assert ratio == pytest.approx(antennas / n_ant, rel=1e-12), name
+    # Measured: 29 rows of 48 (no ghosts here), 0.60 of one device's geometry.
+    assert max(ratios.values()) <= 0.65
+
+
 def _step_memory(model, route) -> memory.StageMemory:
     optimizer = optimiser.make_optimizer(run_config.fit_config(run_config.load(CONFIG)))
     if route == "none":

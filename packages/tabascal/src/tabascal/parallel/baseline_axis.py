@@ -15,15 +15,20 @@ permutation, so results leave in the data's order either way.
 
 Placement: every array with a baseline axis (data, a1, a2, the sky constants'
 ``sky.BASELINE_FIELDS``, the sky parameters and every visibility-shaped intermediate) lives on
-``P("bl")``; per-antenna and per-source arrays (RFI signal, gains, phase, delay_us, freq_mhz)
-are replicated. The RFI term runs in ``shard_map``: each device synthesises the per-antenna
-signal of its antennas from the replicated parameters (all of them, or with a reuse plan its
-compact table), appends the plan's ghost antennas (zero signal), evaluates each group with its own
-stacked index arrays through the ri_kernels seams, scatters into a local (B + 1, n_freq,
-n_time) buffer at the plan's positions (padding lands in the spare row B) and keeps the first
-B rows. The sky, the gains and the likelihood act row by row, so they run under ``jit`` on the
-sharded arrays, with sharding constraints keeping ``P("bl")`` between components. Only scalars
-and the gradients of replicated parameters are summed across devices.
+``P("bl")``; per-antenna and per-source parameters (RFI signal modes, gains) and freq_mhz are
+replicated. With the reuse plan and fixed orbits the RFI geometry (phase, delay_us) is placed
+per device (``ShardedSpec.device_geometry``): (n_dev, n_ant_total, ...) on ``P("bl")``, each
+device holding the rows of its compact antenna table, so no device holds or copies the
+geometry of antennas it does not use; otherwise (every device touching every antenna, or
+fitted orbits, corrected before the map) it is replicated. The RFI term runs in ``shard_map``: each
+device synthesises the per-antenna signal of its antennas from the replicated parameters (all of
+them, or with a reuse plan its compact table), appends the plan's ghost antennas (zero signal),
+evaluates each group with its own stacked index arrays through the ri_kernels seams, scatters
+into a local (B + 1, n_freq, n_time) buffer at the plan's positions (padding lands in the spare
+row B) and keeps the first B rows. The sky, the gains and the likelihood act row by row, so
+they run under ``jit`` on the sharded arrays, with sharding constraints keeping ``P("bl")``
+between components. Only scalars and the gradients of replicated parameters are summed across
+devices.
 """
 
 from __future__ import annotations
@@ -70,6 +75,9 @@ class ShardedSpec:
     part of the compiled program, selected by the device's position on the mesh.
     reuse: the ``tabascal_partition.ReusePlan`` the rows were permuted by, or None. Read on
     the host only (``unpad``), so it takes no part in comparing specs.
+    device_geometry: constants.phase and constants.delay_us are placed per device, (n_dev,
+    n_ant_total, ...) on ``P("bl")`` in each device's antenna numbering (``place_geometry``);
+    False: replicated, (n_ant, ...) (see ``_geometry_by_device``).
     """
 
     model: joint.ModelSpec
@@ -78,6 +86,7 @@ class ShardedSpec:
     n_ghost: int
     antenna_ids: tuple[tuple[int, ...], ...] | None = None
     reuse: tabascal_partition.ReusePlan | None = field(default=None, compare=False, repr=False)
+    device_geometry: bool = False
 
     @property
     def n_dev(self) -> int:
@@ -181,6 +190,15 @@ def _compact_antennas(plan: tabascal_partition.ShardPlan) -> tuple[tuple[int, ..
     return tuple(tuple(int(i) for i in row) for row in ids)
 
 
+def _geometry_by_device(constants: joint.ModelConstants, plan, n_ant: int) -> bool:
+    """Whether the RFI phase and delays are placed per device: where each device's antennas
+    (ghosts included) are fewer than all of them, which takes the reuse plan's compact tables,
+    and the orbits are fixed (fitted orbits correct the delays of every antenna before the map).
+    Without the plan every device takes every antenna and its ghosts: bench-512 on 4 devices
+    measured 8 MB more per device placed that way than replicated, and the same step."""
+    return constants.orbits is None and plan.n_ant_total < n_ant
+
+
 class RowPlacement(NamedTuple):
     """Where every baseline row goes: the shard plan, the reuse plan (None without one) and
     ``order``, the data row behind each sharded row (None: the data's own order)."""
@@ -215,7 +233,13 @@ def plan_rows(
     rfi_config = replace(rfi_config, memory_budget_mb=rfi_config.memory_budget_mb / n_dev)
     model_spec = replace(model_spec, rfi_vis=rfi_config)
     spec = ShardedSpec(
-        model_spec, mesh, plan.block_size, plan.n_ghost, antenna_ids=antenna_ids, reuse=reuse_plan
+        model_spec,
+        mesh,
+        plan.block_size,
+        plan.n_ghost,
+        antenna_ids=antenna_ids,
+        reuse=reuse_plan,
+        device_geometry=_geometry_by_device(constants, plan, model_spec.n_ant),
     )
     order = None if reuse_plan is None else np.asarray(reuse_plan.order)
     return RowPlacement(spec, plan, reuse_plan, order)
@@ -227,13 +251,40 @@ def place_rows(array, fill, placement: RowPlacement) -> jax.Array:
     return _place_rows(array, fill, placement.spec.mesh, placement.n_rows, placement.order)
 
 
+def place_geometry(array, spec: ShardedSpec) -> jax.Array:
+    """A per-antenna array (n_ant, ...) as (n_dev, n_ant_total, ...) on ``P("bl")``: device d
+    holds the rows of its compact antenna table (``spec.antenna_ids[d]``), zeros for ghosts
+    and unused slots, built on the host from its rows alone."""
+    array = np.asarray(array)
+    padded = np.concatenate([array, np.zeros((1, *array.shape[1:]), array.dtype)])
+    rows = np.asarray(spec.antenna_ids, np.int64)
+    shape = (spec.n_dev, rows.shape[1], *array.shape[1:])
+
+    def block(index):
+        devices = range(*index[0].indices(spec.n_dev))
+        whole = np.stack([padded[rows[d]] for d in devices])
+        return whole[(slice(None), *index[1:])]
+
+    return jax.make_array_from_callback(shape, _rows(spec.mesh), block)
+
+
 def place_constants(
     constants: joint.ModelConstants, placement: RowPlacement
 ) -> joint.ModelConstants:
     """Everything of ``constants`` but the sky (left None): a1, a2 and the RFI groups' indices
-    and positions on ``P("bl")``, the rest replicated."""
-    mesh = placement.spec.mesh
-    placed = replicate(constants._replace(sky=None, groups=None, a1=None, a2=None), mesh)
+    and positions on ``P("bl")``; with ``spec.device_geometry`` the phase and delays per device
+    (``place_geometry``); the rest replicated."""
+    spec = placement.spec
+    mesh = spec.mesh
+    apart = {"sky": None, "groups": None, "a1": None, "a2": None}
+    if spec.device_geometry:
+        apart.update(phase=None, delay_us=None)
+    placed = replicate(constants._replace(**apart), mesh)
+    if spec.device_geometry:
+        placed = placed._replace(
+            phase=place_geometry(constants.phase, spec),
+            delay_us=place_geometry(constants.delay_us, spec),
+        )
     return placed._replace(
         groups=_sharded_groups(constants.groups, placement.plan, mesh),
         a1=place_rows(constants.a1, 0, placement),
@@ -310,12 +361,26 @@ def _device_antennas(x: jax.Array, spec: ShardedSpec) -> jax.Array:
     return _append_ghosts(x, 1)[ids]
 
 
+def _device_geometry(phase, delay_us, spec: ShardedSpec):
+    """This device's phase and delays (n_ant_total, ...) in its antenna numbering; in the map.
+    Placed per device (``spec.device_geometry``) they arrive as this device's block, a
+    leading axis of 1; replicated, they are taken from every antenna's."""
+    if spec.device_geometry:
+        return phase[0], delay_us[0]
+    return _device_antennas(phase, spec), _device_antennas(delay_us, spec)
+
+
+def _geometry_partition_spec(spec: ShardedSpec):
+    return P(AXIS) if spec.device_geometry else P()
+
+
 def rfi_block(rfi_params, signal, phase, delay_us, freq_mhz, groups, spec: ShardedSpec):
     """One device's RFI visibilities (B, n_freq, n_time); runs inside ``shard_map``.
 
     rfi_params, signal: the RFI signal's parameters and constants (``rfi_signal``), phase:
     (n_ant, n_src, n_freq, n_time), delay_us: (n_ant, n_src, n_time, n_path), all antennas
-    (replicated); groups: this device's tables, indices and positions with a leading axis of 1
+    (replicated), or with ``spec.device_geometry`` this device's block of them (1,
+    n_ant_total, ...); groups: this device's tables, indices and positions with a leading axis of 1
     (antenna ids in the device's numbering: global, or compact with a reuse plan). The signal
     is synthesised here for the device's antennas alone (with a reuse plan, its compact table),
     so its fine-grid arrays and their cotangents scale with those antennas; the replicated
@@ -329,7 +394,7 @@ def rfi_block(rfi_params, signal, phase, delay_us, freq_mhz, groups, spec: Shard
         varying, signal, lambda x: _device_antennas(x, spec)
     )
     amp = rfi_signal.forward(device_params, device_signal)
-    phase, delay_us = (_device_antennas(x, spec) for x in (phase, delay_us))
+    phase, delay_us = _device_geometry(phase, delay_us, spec)
     n_freq, n_time = amp.shape[2], amp.shape[3]
     block = jnp.zeros((spec.block_size + 1, n_freq, n_time), amp.dtype)
     for group_spec, tables in zip(spec.model.groups, groups, strict=True):
@@ -369,7 +434,7 @@ def keep_phase_moments(constants: joint.ModelConstants, spec: ShardedSpec, keep)
         return constants
 
     def block(phase, delay_us, freq_mhz, groups):
-        phase, delay_us = (_device_antennas(x, spec) for x in (phase, delay_us))
+        phase, delay_us = _device_geometry(phase, delay_us, spec)
         out = []
         for g in kept:
             tables = groups[g]
@@ -380,11 +445,12 @@ def keep_phase_moments(constants: joint.ModelConstants, spec: ShardedSpec, keep)
             out.append(moments[None])
         return tuple(out)
 
+    geometry = _geometry_partition_spec(spec)
     mapped = jax.jit(
         jax.shard_map(
             block,
             mesh=spec.mesh,
-            in_specs=(P(), P(), P(), _group_partition_specs(constants.groups)),
+            in_specs=(geometry, geometry, P(), _group_partition_specs(constants.groups)),
             out_specs=tuple(P(AXIS) for _ in kept),
         )
     )
@@ -401,14 +467,20 @@ def predict_rfi(
     """RFI visibilities (n_dev B, n_freq, n_time) on ``P("bl")``, before the gains;
     orbit_params: the orbit corrections, applied to the replicated per-antenna delays before
     the map (None: the orbits as given)."""
+    if spec.device_geometry and orbit_params is not None:
+        raise ValueError(
+            "baseline_axis.predict_rfi: orbit corrections given for a model placed with fixed "
+            "orbits (its phase and delays are per device); place a model built with orbits.fit"
+        )
     phase, delay_us = orbit_corrections.corrected(
         orbit_params, constants.orbits, constants.phase, constants.delay_us, constants.freq_mhz
     )
     group_specs = _group_partition_specs(constants.groups)
+    geometry = _geometry_partition_spec(spec)
     mapped = jax.shard_map(
         lambda *args: rfi_block(*args, spec=spec),
         mesh=spec.mesh,
-        in_specs=(P(), P(), P(), P(), P(), group_specs),
+        in_specs=(P(), P(), geometry, geometry, P(), group_specs),
         out_specs=P(AXIS),
     )
     vis = mapped(
