@@ -27,6 +27,23 @@ def use_cpu_devices(n: int) -> None:
     os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={n}".strip()
 
 
+#: XLA CPU schedulers: "concurrency" (XLA's default, ordered for parallel threads, which puts
+#: operations that need no input early) and "memory" (XLA's memory-minimising order).
+CPU_SCHEDULERS = ("concurrency", "memory")
+
+
+def use_cpu_scheduler(name: str) -> None:
+    """Ask XLA's CPU compiler for one of ``CPU_SCHEDULERS``; must run before jax is imported."""
+    if name not in CPU_SCHEDULERS:
+        raise ValueError(f"cpu scheduler {name!r} is not known; choose one of {CPU_SCHEDULERS}")
+    if "jax" in sys.modules:
+        raise RuntimeError("use_cpu_scheduler must run before jax is imported")
+    flag = "--xla_cpu_enable_concurrency_optimized_scheduler"
+    flags = re.sub(rf"{flag}=\w+", "", os.environ.get("XLA_FLAGS", ""))
+    value = "true" if name == "concurrency" else "false"
+    os.environ["XLA_FLAGS"] = f"{flags} {flag}={value}".strip()
+
+
 def run_config(rfi: str, precision: str = "single", extra: dict | None = None) -> dict:
     """The validated run configuration of the benchmarks for an RFI route."""
     from tabascal.config import merge
