@@ -2,13 +2,14 @@
 RFI-free twin.
 
     python benchmarks/science.py                          # every benchmarks/scenarios/*.yaml
-    python benchmarks/science.py --scenarios leo-pass demo --steps 400
+    python benchmarks/science.py --scenarios leo-pass demo --steps 400   # a half-length fit
 
 Each scenario is a simulation config over the demo preset. It is simulated twice with the same
 seed: as written, and as its RFI-free twin (no satellites; the noise, flags, sky and gains come
 from their own random streams, so they are the same draws). Both are fitted as ``tabascal run``
-does with the default configuration (init ``data``, ``--steps`` steps; the twin's model has no
-RFI term), and each fit is scored against the truth:
+does with the default configuration (``--steps`` first-phase steps, which the second phase and
+the L-BFGS polish follow unless ``--config`` sets them; the twin's model has no RFI term), and
+each fit is scored against the truth:
 
 - ``chi2``: reduced chi-squared at the end (near 1; clearly below 1 means noise was fitted);
 - ``rfi_over_noise``: rms of the fitted minus the true RFI as it appears in the data,
@@ -45,7 +46,7 @@ def _arguments(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenarios", nargs="+", default=None,
                         help="names in benchmarks/scenarios (default: all)")  # fmt: skip
-    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--steps", type=int, default=800, help="first-phase steps (fit.steps)")
     parser.add_argument(
         "--config", type=Path, default=None, help="run configuration YAML for every fit"
     )

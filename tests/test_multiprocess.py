@@ -56,6 +56,7 @@ precision: double
 fit:
   steps: 5
   second_phase_steps: 0
+  polish_steps: 0
 output:
   plot_baselines: 2
 rfi:

@@ -42,7 +42,10 @@ from tabascal.store import read_observation
 N_DEVICES = 4
 # One time and one frequency sample per cell and one group: the cheapest RFI operator, so that
 # the visibility-shaped arrays are the bulk of the memory and compilation stays short.
-CONFIG = {"rfi": {"max_samples": 1, "max_groups": 1, "memory_budget_mb": 0.1}, "fit": {"steps": 1}}
+CONFIG = {
+    "rfi": {"max_samples": 1, "max_groups": 1, "memory_budget_mb": 0.1},
+    "fit": {"steps": 1, "second_phase_steps": 0, "polish_steps": 0},
+}
 
 
 @pytest.fixture(scope="module")

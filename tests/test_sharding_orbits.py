@@ -98,7 +98,7 @@ def test_a_baseline_axis_run_fits_the_offsets_a_single_device_run_fits(shifted_s
     config = run_config.load(
         {
             **CONFIG,
-            "fit": {"steps": 20, "checkpoint_every": 0},
+            "fit": {"steps": 20, "second_phase_steps": 0, "polish_steps": 0, "checkpoint_every": 0},
             "output": {"plots": False},
         }
     )

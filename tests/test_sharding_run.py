@@ -15,6 +15,7 @@ precision: double
 fit:
   steps: 3
   second_phase_steps: 0
+  polish_steps: 0
 output:
   plots: false
 rfi:

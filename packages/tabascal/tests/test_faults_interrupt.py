@@ -43,7 +43,10 @@ TINY = {
     "sky": {"n_sources": 2},
     "simulation": {"chunk_rows": 4},
 }
-FIT = {"fit": {"steps": 6, "checkpoint_every": 2}, "output": {"plots": False}}
+FIT = {
+    "fit": {"steps": 6, "second_phase_steps": 0, "polish_steps": 0, "checkpoint_every": 2},
+    "output": {"plots": False},
+}
 CLEAN_OUTPUT = ["checkpoints", "config.yaml", "results.zarr", "summary.json"]
 
 

@@ -5,6 +5,20 @@ import pytest
 from tabascal.fitting import optimiser
 
 
+def _fit_config(**settings) -> optimiser.FitConfig:
+    """A FitConfig with no second phase and no polish unless they are given (left unset, they
+    follow ``steps``)."""
+    return optimiser.FitConfig(**{"second_phase_steps": 0, "polish_steps": 0, **settings})
+
+
+def test_unset_phases_follow_the_first_phase_at_a_half_and_two_and_a_half_times():
+    config = optimiser.FitConfig(steps=6)
+    assert (config.second_phase_steps, config.polish_steps, config.total_steps) == (3, 15, 24)
+    defaults = optimiser.FitConfig()
+    assert (defaults.steps, defaults.second_phase_steps, defaults.polish_steps) == (800, 400, 2000)
+    assert optimiser.FitConfig(steps=6, polish_steps=0).total_steps == 9
+
+
 def _toy_loss(params, inputs):
     # A least-squares problem with a known minimiser, params["x"] == inputs["target"].
     r = params["x"] - inputs["target"]
@@ -19,7 +33,7 @@ def _start():
 
 
 def test_fit_converges_on_a_quadratic():
-    config = optimiser.FitConfig(optimizer="adam", learning_rate=0.1, steps=300)
+    config = _fit_config(optimizer="adam", learning_rate=0.1, steps=300)
     optimizer = optimiser.make_optimizer(config)
     params, inputs = _start()
     state, history = optimiser.run(
@@ -38,7 +52,7 @@ def test_fit_converges_on_a_quadratic():
 def test_second_phase_runs_at_a_tenth_of_the_step_size():
     # Plain SGD on f(x) = x^2 / 2 with one parameter: each step moves x by -lr * x, so the
     # ratio of successive x is (1 - lr) in the first phase and (1 - lr/10) in the second.
-    config = optimiser.FitConfig(optimizer="sgd", learning_rate=0.2, steps=3, second_phase_steps=3)
+    config = _fit_config(optimizer="sgd", learning_rate=0.2, steps=3, second_phase_steps=3)
     optimizer = optimiser.make_optimizer(config)
     state = optimiser.init_state(jnp.array(1.0), optimizer)
     step = optimiser.make_step(lambda x, _: (0.5 * x**2, {"chi2": x**2}), optimizer)
@@ -51,9 +65,7 @@ def test_second_phase_runs_at_a_tenth_of_the_step_size():
 
 
 def test_resume_from_checkpoint_equals_an_uninterrupted_run(tmp_path):
-    config = optimiser.FitConfig(
-        learning_rate=0.05, steps=12, second_phase_steps=8, checkpoint_every=5
-    )
+    config = _fit_config(learning_rate=0.05, steps=12, second_phase_steps=8, checkpoint_every=5)
     optimizer = optimiser.make_optimizer(config)
     step = optimiser.make_step(_toy_loss, optimizer)
     # The step donates its state, so every run starts from freshly made parameters.
@@ -63,7 +75,7 @@ def test_resume_from_checkpoint_equals_an_uninterrupted_run(tmp_path):
     )
 
     # Stop after 10 steps (two checkpoints), then resume from the checkpoint on disk.
-    first = optimiser.FitConfig(**{**config.__dict__, "steps": 10, "second_phase_steps": 0})
+    first = _fit_config(**{**config.__dict__, "steps": 10, "second_phase_steps": 0})
     partial_state, _ = optimiser.run(
         optimiser.make_step(_toy_loss, optimiser.make_optimizer(config)),
         optimiser.init_state(_start()[0], optimizer),
@@ -84,7 +96,7 @@ def test_resume_from_checkpoint_equals_an_uninterrupted_run(tmp_path):
 
 
 def test_checkpoint_of_another_shape_is_refused(tmp_path):
-    optimizer = optimiser.make_optimizer(optimiser.FitConfig())
+    optimizer = optimiser.make_optimizer(_fit_config())
     params, _ = _start()
     state = optimiser.init_state(params, optimizer)
     optimiser.save_checkpoint(tmp_path, state, optimiser.FitHistory(np.zeros(0), np.zeros(0)))
@@ -97,7 +109,7 @@ def test_checkpoint_of_another_shape_is_refused(tmp_path):
 
 def test_unknown_optimizer_is_refused_with_the_choices():
     with pytest.raises(ValueError, match="adabelief, adam, sgd"):
-        optimiser.make_optimizer(optimiser.FitConfig(optimizer="lbfgs"))
+        optimiser.make_optimizer(_fit_config(optimizer="lbfgs"))
 
 
 @pytest.mark.usefixtures("x64")
@@ -105,7 +117,7 @@ def test_fit_stops_where_the_loss_has_settled_and_not_before():
     """SGD on 1 + x^2 / 2 from x = 1: x_n = 0.8^n, so the loss 1 + 0.32 0.64^n settles; the fit
     stops at the first step where it fell by less than stop_tolerance of itself over
     stop_window steps, found here from the closed form."""
-    config = optimiser.FitConfig(
+    config = _fit_config(
         optimizer="sgd", learning_rate=0.2, steps=500, stop_tolerance=1e-6, stop_window=20
     )
     optimizer = optimiser.make_optimizer(config)
@@ -118,7 +130,7 @@ def test_fit_stops_where_the_loss_has_settled_and_not_before():
     first = next(n for n in range(21, 501) if closed[n - 21] - closed[n - 1] < 1e-6 * closed[n - 1])
     assert len(history.loss) == int(state.step) == first < 500  # 51 steps
     np.testing.assert_allclose(history.loss, closed[:first], rtol=1e-12)
-    never = optimiser.FitConfig(optimizer="sgd", learning_rate=0.2, steps=60)
+    never = _fit_config(optimizer="sgd", learning_rate=0.2, steps=60)
     _, all_steps = optimiser.run(
         step, optimiser.init_state(jnp.array(1.0), optimizer), None, never, progress=False
     )
@@ -144,8 +156,8 @@ def _valley():
 def test_lbfgs_polish_reaches_the_minimum_of_an_ill_conditioned_valley_the_gradient_phase_circles():
     """Adam at a fixed step size hovers about the minimum of a valley of condition number 1e4;
     the L-BFGS steps after it find the closed-form minimiser."""
-    gradient_only = optimiser.FitConfig(optimizer="adam", learning_rate=0.05, steps=100)
-    polished = optimiser.FitConfig(optimizer="adam", learning_rate=0.05, steps=100, polish_steps=30)
+    gradient_only = _fit_config(optimizer="adam", learning_rate=0.05, steps=100)
+    polished = _fit_config(optimizer="adam", learning_rate=0.05, steps=100, polish_steps=30)
     ends = {}
     for name, config in (("adam", gradient_only), ("polished", polished)):
         optimizer = optimiser.make_optimizer(config)
@@ -172,7 +184,7 @@ def test_lbfgs_polish_reaches_the_minimum_of_an_ill_conditioned_valley_the_gradi
 
 @pytest.mark.usefixtures("x64")
 def test_resume_across_the_switch_to_lbfgs_equals_an_uninterrupted_run(tmp_path):
-    config = optimiser.FitConfig(
+    config = _fit_config(
         optimizer="adam", learning_rate=0.05, steps=6, second_phase_steps=2, polish_steps=6
     )
     optimizer = optimiser.make_optimizer(config)
@@ -182,7 +194,7 @@ def test_resume_across_the_switch_to_lbfgs_equals_an_uninterrupted_run(tmp_path)
         step, optimiser.init_state(params, optimizer), inputs, config, progress=False
     )
     # Stop after 10 steps (two of them L-BFGS), checkpoint, and resume from the file.
-    first = optimiser.FitConfig(**{**config.__dict__, "polish_steps": 2})
+    first = _fit_config(**{**config.__dict__, "polish_steps": 2})
     optimiser.run(
         step,
         optimiser.init_state(_valley()[0], optimizer),

@@ -305,7 +305,9 @@ def test_a_rising_satellites_partial_integration_is_predicted_as_well_as_a_whole
 def test_truth_initialisation_only_when_asked(obs):
     with pytest.raises(ValueError, match="truth group"):
         joint.build(_replace(obs, truth=None), joint.ModelConfig(), init="truth")
-    assert run_config.load(None)["fit"]["init"] == "data"
+    # the default start is the data's (with the fringe-stopped RFI estimate), never the truth
+    assert run_config.load(None)["fit"]["init"] == "auto"
+    assert joint.resolve_init("auto", obs) == "fringe"
 
 
 def test_geometric_time_scale_is_the_sidelobe_crossing_time_over_two_pi(obs):
@@ -321,9 +323,12 @@ def test_geometric_time_scale_is_the_sidelobe_crossing_time_over_two_pi(obs):
         arg_lat_rad=obs.orbits.arg_lat_rad[[0, 1, 0]],
     )
     leo = _replace(obs, orbits=orbits)
-    config = run_config.model_config(run_config.load({"rfi": {"time_scale": "geometric"}}))
+    per_antenna = {"signal": "per_antenna"}  # the shared signal takes corr_time_s
+    config = run_config.model_config(
+        run_config.load({"rfi": {"time_scale": "geometric", **per_antenna}})
+    )
     times = joint.rfi_time_scales(leo, config)
-    fixed_config = run_config.load({"rfi": {"time_scale": "fixed"}})
+    fixed_config = run_config.load({"rfi": {"time_scale": "fixed", **per_antenna}})
     fixed = joint.rfi_time_scales(leo, run_config.model_config(fixed_config))
     np.testing.assert_array_equal(fixed, 100.0)
 

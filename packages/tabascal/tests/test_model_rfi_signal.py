@@ -15,7 +15,7 @@ pytestmark = pytest.mark.usefixtures("x64")
 
 CHAN_WIDTH = 0.5e6  # Hz
 INT_TIME = 4.0  # s
-CONFIG = rfi_signal.RfiSignalConfig(corr_time_s=20.0, bandwidth_hz=1.0e6)
+CONFIG = rfi_signal.RfiSignalConfig(corr_time_s=20.0, bandwidth_hz=1.0e6, signal="per_antenna")
 SCALE = 2.0  # prior std per cell (Jy^0.5)
 
 

@@ -57,7 +57,10 @@ BAND = {
     },
     "satellites": {"count": 2, "eirp_dbw_hz": -80.0},
 }
-FEW_STEPS = {"fit": {"steps": 2, "checkpoint_every": 0}, "output": {"plots": False}}
+FEW_STEPS = {
+    "fit": {"steps": 2, "second_phase_steps": 0, "polish_steps": 0, "checkpoint_every": 0},
+    "output": {"plots": False},
+}
 
 
 def _with(scene: dict, **observation) -> dict:

@@ -259,8 +259,14 @@ def true_store(tmp_path_factory):
 
 
 RECOVERY = {
-    "rfi": {"signal": "shared"},
-    "fit": {"init": "fringe", "steps": 300, "second_phase_steps": 300, "checkpoint_every": 0},
+    "rfi": {"signal": "shared", "time_stencil": 3},
+    "fit": {
+        "init": "fringe",
+        "steps": 300,
+        "second_phase_steps": 300,
+        "polish_steps": 0,
+        "checkpoint_every": 0,
+    },
     "output": {"plots": False},
 }
 

@@ -16,7 +16,10 @@ from tabascal.store import read_observation
 
 # quadrature_limit 1 puts the baselines that need 2 samples per integration on the analytic
 # operator, whose phase moments (which have a satellite axis) the run keeps across steps.
-CONFIG = {"fit": {"steps": 3}, "rfi": {"quadrature_limit": 1}}
+CONFIG = {
+    "fit": {"steps": 3, "second_phase_steps": 0, "polish_steps": 0},
+    "rfi": {"quadrature_limit": 1},
+}
 
 
 def _png_size(path):
@@ -172,7 +175,12 @@ def test_an_observation_without_satellites_writes_no_satellite_outputs(tmp_path)
                  "satellites": {"count": 0}}  # fmt: skip
     simulate(simulation_config("demo", overrides), tmp_path / "obs.zarr")
     obs = read_observation(tmp_path / "obs.zarr")
-    config = run_config.load({"fit": {"steps": 1}, "output": {"per_satellite": "always"}})
+    config = run_config.load(
+        {
+            "fit": {"steps": 1, "second_phase_steps": 0, "polish_steps": 0},
+            "output": {"per_satellite": "always"},
+        }
+    )
     summary = job.run(obs, tmp_path / "out", config, progress=False)
     results = zarr.open_group(str(tmp_path / "out" / "results.zarr"), mode="r")
     assert "rfi_vis_by_satellite" not in results

@@ -10,7 +10,10 @@ from tabascal.config import run_config
 from tabascal.fitting import job
 from tabascal.store import read_observation
 
-FEW_STEPS = {"fit": {"steps": 2, "checkpoint_every": 0}, "output": {"plots": False}}
+FEW_STEPS = {
+    "fit": {"steps": 2, "second_phase_steps": 0, "polish_steps": 0, "checkpoint_every": 0},
+    "output": {"plots": False},
+}
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,10 @@ from tabascal.config import ConfigError, run_config
 from tabascal.fitting import job
 from tabascal.store import read_observation
 
-FEW_STEPS = {"fit": {"steps": 6, "checkpoint_every": 3}, "output": {"plots": False}}
+FEW_STEPS = {
+    "fit": {"steps": 6, "second_phase_steps": 0, "polish_steps": 0, "checkpoint_every": 3},
+    "output": {"plots": False},
+}
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +24,7 @@ def obs(small_store):
 
 
 def test_run_writes_results_summary_and_plots(obs, tmp_path):
-    config = run_config.load({"fit": {"steps": 4}})
+    config = run_config.load({"fit": {"steps": 4, "second_phase_steps": 0, "polish_steps": 0}})
     summary = job.run(obs, tmp_path / "out", config, progress=False)
     out = tmp_path / "out"
     for name in ("results.zarr", "summary.json", "config.yaml", "loss.png", "baselines.png"):
@@ -128,7 +131,9 @@ def test_summary_names_the_collectives_of_the_step(obs, tmp_path):
 
 def test_run_and_plan_commands(small_store, tmp_path, capsys):
     config = tmp_path / "config.yaml"
-    config.write_text("fit:\n  steps: 2\noutput:\n  plots: false\n")
+    config.write_text(
+        "fit:\n  steps: 2\n  second_phase_steps: 0\n  polish_steps: 0\noutput:\n  plots: false\n"
+    )
     out = tmp_path / "out"
     assert main(["run", "-c", str(config), "--data", str(small_store), "-o", str(out), "-q"]) == 0
     assert "reduced chi-squared" in capsys.readouterr().out
@@ -158,7 +163,8 @@ def no_satellites(tmp_path_factory):
 def test_an_observation_without_satellites_is_fitted_with_no_rfi_term(no_satellites, tmp_path):
     obs = no_satellites
     assert obs.n_sat == 0 and not np.any(obs.truth.rfi_vis)
-    config = run_config.load({"fit": {"steps": 60, "checkpoint_every": 0},
+    config = run_config.load({"fit": {"steps": 60, "second_phase_steps": 0, "polish_steps": 0,
+                                      "checkpoint_every": 0},
                               "output": {"plots": False}})  # fmt: skip
     summary = job.run(obs, tmp_path / "out", config, progress=False)
     assert summary["model"]["rfi_groups"] == {}
@@ -174,7 +180,7 @@ def test_an_observation_without_satellites_is_fitted_with_no_rfi_term(no_satelli
 
 
 def test_an_observation_without_satellites_is_refused_on_a_sharded_axis(no_satellites, tmp_path):
-    config = run_config.load({"fit": {"steps": 1}})
+    config = run_config.load({"fit": {"steps": 1, "second_phase_steps": 0, "polish_steps": 0}})
     with pytest.raises(
         ValueError, match=r"no satellites, and the source axis .*\(--shard-axis none\)"
     ):
@@ -204,7 +210,8 @@ def test_run_and_plan_report_whether_the_phase_moments_are_kept(small_store, tmp
     for cache in ("auto", "never"):
         config = tmp_path / f"{cache}.yaml"
         config.write_text(
-            f"fit:\n  steps: 3\noutput:\n  plots: false\n"
+            f"fit:\n  steps: 3\n  second_phase_steps: 0\n  polish_steps: 0\n"
+            f"output:\n  plots: false\n"
             f"rfi:\n  quadrature_limit: 0\n  phase_cache: {cache}\n"
         )
         out = tmp_path / cache

@@ -23,7 +23,10 @@ SCENE = {
     "observation": {"n_time": 30, "n_freq": 4, "sefd_spread": 0.3, "flag_fraction": 0.1},
     "satellites": {"count": 2, "eirp_dbw_hz": -80.0},
 }
-FEW_STEPS = {"fit": {"steps": 2, "checkpoint_every": 0}, "output": {"plots": False}}
+FEW_STEPS = {
+    "fit": {"steps": 2, "second_phase_steps": 0, "polish_steps": 0, "checkpoint_every": 0},
+    "output": {"plots": False},
+}
 
 
 @pytest.fixture(scope="module")

@@ -169,7 +169,9 @@ def test_inspect_and_run_go_on_with_allow_missing(store, tmp_path, capsys):
     flagged = read_observation(store, allow_missing=True).flags.mean()
     assert f"flagged       {100 * flagged:.2f} %" in out
     config = tmp_path / "fit.yaml"
-    config.write_text("fit:\n  steps: 2\noutput:\n  plots: false\n")
+    config.write_text(
+        "fit:\n  steps: 2\n  second_phase_steps: 0\n  polish_steps: 0\noutput:\n  plots: false\n"
+    )
     run = ["run", "-c", str(config), "--data", str(store), "-o", str(tmp_path / "fit"), "-q"]
     assert main(run) == 2  # refused before any fitting
     assert "array vis is missing 1 of 4 chunks (rows 0-3)" in capsys.readouterr().err

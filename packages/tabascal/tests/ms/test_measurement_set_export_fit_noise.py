@@ -37,7 +37,7 @@ SCENE = {
 }
 RUN = {
     "data": {"noise": "estimate"},
-    "fit": {"steps": 2, "checkpoint_every": 0},
+    "fit": {"steps": 2, "second_phase_steps": 0, "polish_steps": 0, "checkpoint_every": 0},
     "output": {"plots": False},
 }
 K = 3.0

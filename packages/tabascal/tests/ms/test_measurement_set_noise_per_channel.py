@@ -203,7 +203,18 @@ def fitted(simulated, tmp_path_factory):
     where = tmp_path_factory.mktemp("fit_per_channel")
     store = where / "obs.zarr"
     import_measurement_set(ms, store, noise_per_channel=True)
-    config = {"fit": {"steps": 2, "checkpoint_every": 0}, "output": {"plots": False}}
+    # the per-antenna signal from the data start: the quick fit this test was written for
+    config = {
+        "rfi": {"signal": "per_antenna", "time_stencil": 3},
+        "fit": {
+            "steps": 2,
+            "second_phase_steps": 0,
+            "polish_steps": 0,
+            "init": "data",
+            "checkpoint_every": 0,
+        },
+        "output": {"plots": False},
+    }
     job.run(StoreRows(store, read_meta(store)), where / "fit", run_config.load(config))
     return store, where / "fit" / "results.zarr"
 

@@ -106,10 +106,12 @@ SCHEMA = Section(
                 ),
                 "init": Option(
                     str,
-                    "data",
+                    "auto",
                     "initial parameters: data-based estimates, a draw "
-                    "from the prior, the store's truth, or data-based estimates with "
-                    "each satellite's RFI from the fringe-stopped data",
+                    "from the prior, the store's truth, data-based estimates with "
+                    "each satellite's RFI from the fringe-stopped data (fringe), or auto: "
+                    "fringe where one process reads every row (not the baseline axis, which "
+                    "reads them block by block) and the estimate fits in memory, else data",
                     choices=joint.INITS,
                 ),
                 "seed": Option(int, 0, "seed of the prior draw (init: prior)", min=0),

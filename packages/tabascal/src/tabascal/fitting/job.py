@@ -231,7 +231,12 @@ def run(
         raise ConfigError(f"shard axis {shard_axis!r} is not known; use none, baseline or source")
     route = routes.route(shard_axis, reuse_plan)
     source = obs if hasattr(obs, "read") else blockwise.MemoryRows(obs)
-    by_block = _check_route(route, source, config["fit"]["init"])
+    # init "auto" is settled here, and config.yaml records the start the fit took.
+    init = joint.resolve_init(
+        config["fit"]["init"], source.meta, processes.process_count(), by_block=route.by_block
+    )
+    config = {**config, "fit": {**config["fit"], "init": init}}
+    by_block = _check_route(route, source, init)
     orbit_corrections.check_route(run_config.model_config(config).orbits, route.name)
     # Without jax's 64-bit mode every float64 array would silently become float32; the mode is
     # scoped to this call, so that the caller's precision is as it was afterwards.

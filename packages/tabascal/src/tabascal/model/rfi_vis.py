@@ -83,7 +83,11 @@ class RfiVisConfig:
         0.1, "largest averaging error allowed, as a fraction of the noise", min=1e-6
     )
     max_samples: int = option_field(256, "most fine samples per cell", min=1, max=4096)
-    time_stencil: int = option_field(3, "Lagrange points per time stencil", min=1, max=MAX_STENCIL)
+    # Seven points follow a LEO's swings through the station beam's sidelobes, which three
+    # cannot (exact amplitudes fed in, benchmarks/rfi_floor.py: the LEO pass leaves 0.546 of
+    # the noise with three, 0.017 with seven, one-point frequency stencils, 2026-12-01); GNSS
+    # satellites are held as well by either.
+    time_stencil: int = option_field(7, "Lagrange points per time stencil", min=1, max=MAX_STENCIL)
     # The signal's spectrum and the station beam vary across a channel. Fed the simulation's
     # exact amplitudes (benchmarks/rfi_floor.py, 2026-12-02), one point per channel (a constant
     # across it) left 0.095 of the noise on the demo, 0.094 on hard-gnss, 0.050 on
