@@ -67,8 +67,9 @@ def compiled_step(model, axis: str, n_dev: int = N_DEVICES):
 
 def assert_no_cube_crosses_devices(step, n_ant: int):
     """Check a compiled step's collectives: only all-reduces, each of scalars or of per-antenna
-    arrays (leading axis ``n_ant``: the gradients of the replicated RFI modes and the gains);
-    never a visibility-shaped array. Returns what was found, for the test to print."""
+    arrays (leading axis ``n_ant``: the gradients of the replicated RFI modes and the gains; or
+    1: the shared signal's modes, which have no antenna axis); never a visibility-shaped array.
+    Returns what was found, for the test to print."""
     from tabascal.planning import memory
 
     moved = memory.collective_shapes(step)
@@ -81,5 +82,5 @@ def assert_no_cube_crosses_devices(step, n_ant: int):
     for name, arrays in moved:
         assert name == "all-reduce", moved
         for dtype, shape in arrays:
-            assert shape == () or shape[0] == n_ant, (name, dtype, shape, moved)
+            assert shape == () or shape[0] in (n_ant, 1), (name, dtype, shape, moved)
     return moved

@@ -51,6 +51,9 @@ def test_a_failure_in_one_process_stops_the_other_with_its_message():
     ), text0
 
 
+# The per-antenna signal: its sums run in the same order over one process as over two, so
+# the fits are equal to the last bit (with the shared signal, measured 2.8e-11 apart in
+# chi-squared after 5 steps).
 CONFIG = """\
 precision: double
 fit:
@@ -60,6 +63,8 @@ fit:
 output:
   plot_baselines: 2
 rfi:
+  signal: per_antenna
+  time_stencil: 3
   max_groups: 2
   quadrature_limit: 8
   segments: 1
