@@ -169,6 +169,11 @@ def then_lbfgs(
             out, inner = polish.update(
                 updates, state.polish, params, value=value, grad=grad, value_fn=value_fn
             )
+            # Both branches must return the same types: some optax versions' update returns a
+            # counter of another integer width than their init made (int32 against int64).
+            inner = jax.tree_util.tree_map(
+                lambda new, old: new.astype(old.dtype), inner, state.polish
+            )
             return out, state._replace(polish=inner)
 
         out, state = jax.lax.cond(state.count < switch, gradient_phase, lbfgs_phase, None)
