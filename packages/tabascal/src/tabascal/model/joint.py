@@ -644,26 +644,11 @@ def _rfi_start_params(obs, config: ModelConfig, frame: Frame, init: str, level: 
 
 def _per_source_rfi(rfi_params, constants, spec, orbit_params) -> np.ndarray:
     """Each satellite's RFI visibilities alone, (n_src, n_bl, n_freq, n_time) (host)."""
-    amp = rfi_signal.forward(rfi_params, corrected_signal(constants, orbit_params))
-    phase, delay_us = orbit_corrections.corrected(
-        orbit_params, constants.orbits, constants.phase, constants.delay_us, constants.freq_mhz
+    alone = jax.jit(predict_rfi, static_argnums=2)  # the satellite's index is traced
+    n_src = constants.phase.shape[1]
+    return np.stack(
+        [np.asarray(alone(rfi_params, constants, spec, orbit_params, r)) for r in range(n_src)]
     )
-
-    @jax.jit
-    def alone(r):
-        mask = (jnp.arange(amp.shape[1]) == r)[None, :, None, None]
-        return rfi_vis.forward(
-            jnp.where(mask, amp, 0),
-            phase,
-            delay_us,
-            constants.freq_mhz,
-            constants.groups,
-            spec.groups,
-            spec.n_bl,
-            spec.rfi_vis,
-        )
-
-    return np.stack([np.asarray(alone(r)) for r in range(amp.shape[1])])
 
 
 def build(obs, config: ModelConfig, *, init: str = "data", seed: int = 0) -> Model:
@@ -792,11 +777,14 @@ def corrected_signal(constants: ModelConstants, orbit_params):
 
 
 def predict_rfi(
-    rfi_params, constants: ModelConstants, spec: ModelSpec, orbit_params=None
+    rfi_params, constants: ModelConstants, spec: ModelSpec, orbit_params=None, source=None
 ) -> jax.Array:
     """RFI visibilities (n_bl, n_freq, n_time) alone, before the gains; orbit_params: the
-    orbit corrections (``ModelParams.orbits``), None for the orbits as given."""
+    orbit corrections (``ModelParams.orbits``), None for the orbits as given; source: None
+    for every satellite's, or one satellite's index (may be traced) for its alone."""
     amp = rfi_signal.forward(rfi_params, corrected_signal(constants, orbit_params))
+    if source is not None:
+        amp = jnp.where((jnp.arange(amp.shape[1]) == source)[None, :, None, None], amp, 0)
     phase, delay_us = orbit_corrections.corrected(
         orbit_params, constants.orbits, constants.phase, constants.delay_us, constants.freq_mhz
     )
