@@ -40,6 +40,24 @@ def small_store(tmp_path_factory):
     return path
 
 
+def single_device_reference(store, config: dict):
+    """(model, loss, gradient) of the one-device model of ``store`` under the run ``config``,
+    at the prior draw (init "prior"): what a sharded route's loss and gradient must equal."""
+    import numpy as np
+
+    from tabascal.config import run_config
+    from tabascal.model import joint
+    from tabascal.store import read_observation
+
+    obs = read_observation(store)
+    model = joint.build(obs, run_config.model_config(run_config.load(config)), init="prior")
+    inputs = (model.constants, model.data)
+    value, grad = jax.jit(jax.value_and_grad(lambda p: joint.loss(p, inputs, model.spec)[0]))(
+        model.params
+    )
+    return model, float(value), jax.tree.map(np.asarray, grad)
+
+
 def compiled_step(model, axis: str, n_dev: int = N_DEVICES):
     """(compiled optimisation step, initial state, inputs) of ``model`` (a ``joint.Model``) on
     the axis "none" (one device), "baseline" or "reuse" (the baseline axis with the antenna-reuse

@@ -13,13 +13,12 @@ the plan gives each device 5 or 6 of the 8 antennas).
 import jax
 import numpy as np
 import pytest
+from conftest import single_device_reference
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tabascal.config import run_config
 from tabascal.model import joint
 from tabascal.parallel import baseline_axis
-from tabascal.store import read_observation
 
 # The hybrid route of test_sharding_reuse: a quadrature and an analytic group.
 CONFIG = {
@@ -49,13 +48,7 @@ def _float64(double_precision):
 @pytest.fixture(scope="module")
 def reference(small_store, double_precision):
     """(model, loss, gradient) of the single-device model."""
-    obs = read_observation(small_store)
-    model = joint.build(obs, run_config.model_config(run_config.load(CONFIG)), init="prior")
-    inputs = (model.constants, model.data)
-    value, grad = jax.jit(jax.value_and_grad(lambda p: joint.loss(p, inputs, model.spec)[0]))(
-        model.params
-    )
-    return model, float(value), jax.tree.map(np.asarray, grad)
+    return single_device_reference(small_store, CONFIG)
 
 
 def _relative(a, b) -> float:

@@ -7,13 +7,11 @@ while 2 devices divide them evenly.
 import jax
 import numpy as np
 import pytest
+from conftest import single_device_reference
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tabascal.config import run_config
-from tabascal.model import joint
 from tabascal.parallel import source_axis
-from tabascal.store import read_observation
 
 N_DEVICES = 4
 CONFIG = {
@@ -30,13 +28,7 @@ def _float64(double_precision):
 @pytest.fixture(scope="module")
 def reference(small_store, double_precision):
     """(model, loss, gradient) of the single-device hybrid model."""
-    obs = read_observation(small_store)
-    model = joint.build(obs, run_config.model_config(run_config.load(CONFIG)), init="prior")
-    inputs = (model.constants, model.data)
-    value, grad = jax.jit(jax.value_and_grad(lambda p: joint.loss(p, inputs, model.spec)[0]))(
-        model.params
-    )
-    return model, float(value), jax.tree.map(np.asarray, grad)
+    return single_device_reference(small_store, CONFIG)
 
 
 def _relative(a, b) -> float:
