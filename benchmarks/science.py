@@ -3,6 +3,7 @@ RFI-free twin.
 
     python benchmarks/science.py                          # every benchmarks/scenarios/*.yaml
     python benchmarks/science.py --scenarios leo-pass demo --steps 400   # a half-length fit
+    python benchmarks/science.py --twins-only --config sky.yaml   # the sky model's floor alone
 
 Each scenario is a simulation config over the demo preset. It is simulated twice with the same
 seed: as written, and as its RFI-free twin (no satellites; the noise, flags, sky and gains come
@@ -49,6 +50,11 @@ def _arguments(argv=None):
     parser.add_argument("--steps", type=int, default=800, help="first-phase steps (fit.steps)")
     parser.add_argument(
         "--config", type=Path, default=None, help="run configuration YAML for every fit"
+    )
+    parser.add_argument(
+        "--twins-only",
+        action="store_true",
+        help="fit only the RFI-free twins: the sky model's floor and chi-squared (no plot)",
     )
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None)
@@ -104,21 +110,28 @@ def _fit(store: Path, out: Path, steps: int, run_overrides: dict) -> dict:
     }
 
 
-def score(name: str, simulation: dict, steps: int, where: Path, run_overrides: dict) -> dict:
-    """Simulate scenario ``name`` and its RFI-free twin under ``where``, fit both, score."""
+def _twin(name: str, simulation: dict, steps: int, where: Path, run_overrides: dict) -> dict:
+    """The RFI-free twin of scenario ``name``, simulated under ``where`` and fitted: its
+    scores as ``twin_*``."""
     from tabascal.config import merge
     from tabascal.simulate import simulate, simulation_config
 
-    config = simulation_config("demo", simulation)
     twin = simulation_config("demo", merge(simulation, {"satellites": {"count": 0, "orbits": []}}))
-    for label, cfg in (("obs", config), ("twin", twin)):
-        simulate(cfg, where / f"{name}-{label}.zarr")
-    fitted = _fit(where / f"{name}-obs.zarr", where / f"{name}-fit", steps, run_overrides)
+    simulate(twin, where / f"{name}-twin.zarr")
     floor = _fit(where / f"{name}-twin.zarr", where / f"{name}-twin-fit", steps, run_overrides)
-    fitted["twin_sky_over_noise"] = floor["sky_over_noise"]
-    fitted["twin_chi2"] = floor["chi2"]
-    fitted["twin_fit_seconds"] = floor["fit_seconds"]
-    fitted["sky_over_twin"] = fitted["sky_over_noise"] / floor["sky_over_noise"]
+    keys = ("chi2", "sky_over_noise", "gains_over_spread", "fit_seconds")
+    return {f"twin_{key}": floor[key] for key in keys}
+
+
+def score(name: str, simulation: dict, steps: int, where: Path, run_overrides: dict) -> dict:
+    """Simulate scenario ``name`` and its RFI-free twin under ``where``, fit both, score."""
+    from tabascal.simulate import simulate, simulation_config
+
+    config = simulation_config("demo", simulation)
+    simulate(config, where / f"{name}-obs.zarr")
+    fitted = _fit(where / f"{name}-obs.zarr", where / f"{name}-fit", steps, run_overrides)
+    fitted.update(_twin(name, simulation, steps, where, run_overrides))
+    fitted["sky_over_twin"] = fitted["sky_over_noise"] / fitted["twin_sky_over_noise"]
     fitted["n_satellites"] = len(config["satellites"]["orbits"]) + config["satellites"]["count"]
     return fitted
 
@@ -169,6 +182,8 @@ def main(argv=None) -> list[dict]:
     overrides = load_yaml(options.config) if options.config else {}
     base = _common.provenance(["benchmarks/science.py", *(argv or sys.argv[1:])])
     base["run_config"] = overrides
+    if options.twins_only:
+        return _twins_only(files, options, base, overrides)
     records = []
     with tempfile.TemporaryDirectory() as where:
         for path in files:
@@ -192,6 +207,27 @@ def main(argv=None) -> list[dict]:
     plot = options.plot or path.with_suffix(".png")
     _plot(records, plot)
     print(f"wrote {path} and {plot}")
+    return records
+
+
+def _twins_only(files, options, base: dict, overrides: dict) -> list[dict]:
+    """Fit each scenario's RFI-free twin alone; print a table and write JSON."""
+    from tabascal.config import load_yaml
+
+    records = []
+    with tempfile.TemporaryDirectory() as where:
+        for path in files:
+            twin = _twin(path.stem, load_yaml(path), options.steps, Path(where), overrides)
+            records.append({**base, "scenario": path.stem, **twin})
+            print(f"{path.stem}: {records[-1]}", flush=True)
+    print(f"{'scenario':>16} {'twin chi2':>9} {'sky/noise':>9} {'gains/spread':>12} {'fit s':>6}")
+    for r in records:
+        gains = r["twin_gains_over_spread"]
+        gains = "-" if gains is None else f"{gains:.2f}"
+        print(f"{r['scenario']:>16} {r['twin_chi2']:9.3f} {r['twin_sky_over_noise']:9.3f} "
+              f"{gains:>12} {r['twin_fit_seconds']:6.0f}")  # fmt: skip
+    path = _common.write_json(records, options.json, "science_twins")
+    print(f"wrote {path}")
     return records
 
 

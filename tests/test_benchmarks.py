@@ -100,6 +100,7 @@ def test_science_scores_agree_with_the_run_summary_and_the_twin_has_no_rfi(tmp_p
         summary["truth"]["rfi"]["rmse_over_noise"], rel=1e-6
     )
     assert twin["model"]["rfi_groups"] == {} and twin["truth"]["rfi"]["rmse"] == 0.0
+    assert record["twin_chi2"] == twin["chi2_final"]  # --twins-only's figures are these
     assert record["n_satellites"] == 2 and 0 < record["flagged_by_3_sigma"] <= 1
     assert record["sky_over_twin"] == record["sky_over_noise"] / record["twin_sky_over_noise"]
     assert science._met(record)["rfi"] == (record["rfi_over_noise"] <= 0.2)

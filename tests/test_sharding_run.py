@@ -93,17 +93,19 @@ def test_baseline_axis_run_equals_the_unsharded_run(store, tmp_path):
     assert sharded["chi2_init"] == pytest.approx(plain["chi2_init"], rel=2e-13)
     assert sharded["chi2_final"] == pytest.approx(plain["chi2_final"], rel=2e-10)
     # The truth metrics of the block route (each device's block, read back from the store)
-    # equal the whole-array route's (one block of every row): measured 0 apart, every metric.
+    # equal the whole-array route's (one block of every row) to what the three steps made of
+    # the routes' rounding: measured the sky 1.2e-10 apart (0 before the sky's bounds from the
+    # field: see test_sharding_per_satellite), the raw data 0.
     for name in ("sky", "rfi", "raw_data", "apparent_sky", "gains"):
         a, b = sharded["truth"][name]["rmse"], plain["truth"][name]["rmse"]
         print(f"truth {name}: block route {a!r}, whole array {b!r}, {abs(a / b - 1):.1e} apart")
         assert sharded["truth"][name]["rmse"] == pytest.approx(
-            plain["truth"][name]["rmse"], rel=1e-15
+            plain["truth"][name]["rmse"], rel=0 if name == "raw_data" else 2e-9
         ), name
     a, b = sharded["truth"]["gains"]["over_spread"], plain["truth"]["gains"]["over_spread"]
     print(f"truth gains over_spread: {abs(a / b - 1):.1e} apart")
     assert sharded["truth"]["gains"]["over_spread"] == pytest.approx(
-        plain["truth"]["gains"]["over_spread"], rel=1e-15
+        plain["truth"]["gains"]["over_spread"], rel=2e-9
     )
     # Results come back in the data's order with the padded rows dropped.
     _assert_same_rows(tmp_path, "baseline")

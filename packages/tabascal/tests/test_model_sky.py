@@ -16,6 +16,8 @@ pytestmark = pytest.mark.usefixtures("x64")
 CHAN_WIDTH = 1.0e6  # Hz
 INT_TIME = 10.0  # s
 CONFIG = sky.SkyConfig(bandwidth_hz=1.5e6, rolloff=0.25, cutoff=1e-3, wrap_tolerance=1e-3)
+#: The default: each baseline's frequency knee from its largest sky delay.
+DELAY_CONFIG = sky.SkyConfig(rolloff=0.25, cutoff=1e-3, wrap_tolerance=1e-3)
 
 
 def _erf(x):
@@ -23,24 +25,29 @@ def _erf(x):
 
 
 def _time_power(nu, knee, rolloff):
-    """Documented time spectrum: box of half-width knee smoothed by a Gaussian, S(0) = 1."""
+    """Documented edge spectrum: box of half-width knee smoothed by a Gaussian, S(0) = 1."""
     s = math.sqrt(2) * rolloff * knee
     return 0.5 * (_erf((knee - nu) / s) + _erf((knee + nu) / s)) / _erf(knee / s)
+
+
+def _edge_reference(config, bounds, n, delta, n_padded, half):
+    """Per-baseline unit-variance amplitudes of the documented edge spectrum, (n_bl, 2J + 1):
+    knee = max(knee_factor bound, 1 / (4 n delta)), modes below the cutoff at zero."""
+    x = np.abs(np.arange(-half, half + 1)) / (n_padded * delta)
+    rows = []
+    for bound in bounds:
+        p = _time_power(x, max(config.knee_factor * bound, 0.25 / (n * delta)), config.rolloff)
+        rows.append(np.where(p >= config.cutoff, p, 0))
+    rows = np.array(rows)
+    return np.sqrt(rows / rows.sum(axis=1, keepdims=True))
 
 
 def _reference_weights(config, grid, rates):
     """Unit-variance mode amplitudes rebuilt from the module docstring, (n_kf,), (n_bl, n_kt)."""
     k = np.arange(-grid.half_freq, grid.half_freq + 1)
     p_f = np.exp(-2 * np.pi**2 * (config.bandwidth_hz * k / (grid.n_freq_padded * CHAN_WIDTH)) ** 2)
-    j = np.arange(-grid.half_time, grid.half_time + 1)
-    nu = np.abs(j) / (grid.n_time_padded * INT_TIME)
-    p_t = []
-    for rate in rates:
-        knee = max(config.knee_factor * rate, 1 / (grid.n_time * INT_TIME))
-        p = _time_power(nu, knee, config.rolloff)
-        p_t.append(np.where(p >= config.cutoff, p, 0))
-    p_t = np.array(p_t)
-    return np.sqrt(p_f / p_f.sum()), np.sqrt(p_t / p_t.sum(axis=1, keepdims=True))
+    w_t = _edge_reference(config, rates, grid.n_time, INT_TIME, grid.n_time_padded, grid.half_time)
+    return np.sqrt(p_f / p_f.sum()), w_t
 
 
 def _draw(constants, seed, dtype=np.float64):
@@ -142,7 +149,7 @@ def test_covariance_is_the_continuous_kernel_without_wraparound():
     np.testing.assert_allclose(c_t.imag, 0, atol=1e-12)
 
     lag_f = np.arange(n_freq)
-    w_f = np.asarray(constants.weight_freq)
+    w_f = np.asarray(constants.weight_freq[0])
     k = np.arange(-grid.half_freq, grid.half_freq + 1)
     c_f = np.sum(w_f**2 * np.exp(2j * np.pi * np.outer(lag_f, k) / grid.n_freq_padded), axis=1)
     kernel_f = np.exp(-0.5 * (lag_f * CHAN_WIDTH / CONFIG.bandwidth_hz) ** 2)
@@ -159,7 +166,7 @@ def test_round_trip_through_latent_space_recovers_band_limited_sky():
     noise = 1e-3 * scale
     encode = jax.jit(sky.init_from_data, static_argnames="n_iter")
     params = encode(constants, observed, noise, flags, n_iter=200)
-    assert params.z.shape == (3, 2, constants.weight_freq.shape[0], constants.dft_time.shape[1])
+    assert params.z.shape == (3, 2, constants.weight_freq.shape[1], constants.dft_time.shape[1])
     recovered = np.asarray(jax.jit(sky.forward)(params, constants))
     error = np.abs(recovered - truth) / scale[:, None, None]
     assert np.all(np.isfinite(recovered)), "NaN in flagged cells must not reach the fit"
@@ -207,7 +214,7 @@ def test_init_draws_standard_normal_whitened_parameters_or_zeros():
     _, constants = _setup(np.full(50, 0.02), n_time=8)
     params = sky.init(constants, jax.random.key(7))
     z = np.asarray(params.z)
-    assert z.shape == (50, 2, constants.weight_freq.shape[0], constants.weight_time.shape[1])
+    assert z.shape == (50, 2, constants.weight_freq.shape[1], constants.weight_time.shape[1])
     assert abs(z.mean()) < 0.1 and abs(z.std() - 1) < 0.1
     np.testing.assert_allclose(float(jax.jit(sky.prior)(params)), 0.5 * np.sum(z**2), rtol=1e-12)
     zeros = sky.init(constants)
@@ -239,3 +246,38 @@ def test_invalid_config_names_the_field(field, value, message):
 def test_negative_fringe_rate_is_refused_with_its_index():
     with pytest.raises(ValueError, match=r"fringe_rate_hz\[1\]"):
         sky.make_grid(CONFIG, np.array([0.1, -0.2]), 4, 8, CHAN_WIDTH, INT_TIME)
+
+
+def test_delay_knee_spectrum_follows_the_documented_edge_per_baseline():
+    # 16 channels of 1 MHz: the floor is 1 / (4 x 16 MHz) = 15.6 ns; the first baseline sits on
+    # it, the others' delays (up to 0.2 us, 3.2 cycles across the band) set their own knees
+    rates = np.array([0.0, 0.004, 0.02, 0.01])
+    delays = np.array([0.0, 0.05e-6, 0.2e-6, 0.1e-6])
+    n_freq, n_time = 16, 12
+    grid = sky.make_grid(DELAY_CONFIG, rates, n_freq, n_time, CHAN_WIDTH, INT_TIME, delay_s=delays)
+    constants = sky.make_constants(DELAY_CONFIG, grid, rates, delay_s=delays)
+    # the box follows the largest knee: the documented edge at 0.2 us above the cutoff
+    eta = np.arange(grid.n_freq_padded // 2 + 1) / (grid.n_freq_padded * CHAN_WIDTH)
+    power = _time_power(eta, 0.2e-6, DELAY_CONFIG.rolloff)
+    half = int(np.max(np.flatnonzero(power >= DELAY_CONFIG.cutoff)))
+    assert grid.half_freq == min(half, (grid.n_freq_padded - 1) // 2)
+    expected = _edge_reference(
+        DELAY_CONFIG, delays, n_freq, CHAN_WIDTH, grid.n_freq_padded, grid.half_freq
+    )
+    np.testing.assert_allclose(np.asarray(constants.weight_freq), expected, rtol=0, atol=1e-12)
+    kept = np.count_nonzero(expected, axis=1)
+    assert kept[0] == 1, "a baseline at the floor keeps the constant only"
+    assert kept[0] < kept[1] < kept[3] < kept[2], "longer delays keep more modes"
+
+    vis = np.asarray(jax.jit(sky.forward)(_draw(constants, 9), constants))
+    np.testing.assert_allclose(vis[0], np.broadcast_to(vis[0, :1], vis[0].shape), atol=1e-12)
+
+
+def test_delay_knee_needs_the_delays_and_refuses_bad_ones():
+    rates = np.array([0.01, 0.02])
+    with pytest.raises(ValueError, match="delay_s"):
+        sky.make_grid(DELAY_CONFIG, rates, 4, 8, CHAN_WIDTH, INT_TIME)
+    with pytest.raises(ValueError, match=r"delay_s\[0\]"):
+        sky.make_grid(DELAY_CONFIG, rates, 4, 8, CHAN_WIDTH, INT_TIME, delay_s=[np.nan, 1e-7])
+    with pytest.raises(ValueError, match="same baselines"):
+        sky.make_grid(DELAY_CONFIG, rates, 4, 8, CHAN_WIDTH, INT_TIME, delay_s=[1e-7])

@@ -170,11 +170,12 @@ def test_an_observation_without_satellites_is_fitted_with_no_rfi_term(no_satelli
     assert summary["model"]["rfi_groups"] == {}
     results = zarr.open_group(str(tmp_path / "out" / "results.zarr"), mode="r")
     np.testing.assert_array_equal(results["rfi_vis"][...], 0)
-    # The data are the sky plus noise; the sky model alone takes chi-squared down (measured
-    # 0.92 -> 0.73 after 60 steps from the data-based start: below 1, the per-baseline sky
-    # absorbs some noise on a grid this small) and brings the sky closer to the truth than the
-    # raw data are.
-    assert summary["chi2_final"] < 0.9 * summary["chi2_init"]
+    # The data are the sky plus noise; the sky model alone takes chi-squared down without
+    # fitting the noise (measured 0.917 -> 0.907 after 60 steps from the data-based start; with
+    # the former fixed 200 kHz bandwidth and one-cycle time floor the per-baseline sky took
+    # noise in on a grid this small, 0.92 -> 0.73) and brings the sky closer to the truth than
+    # the raw data are.
+    assert 0.85 < summary["chi2_final"] < summary["chi2_init"]
     truth = summary["truth"]
     assert truth["sky"]["rmse"] < truth["raw_data"]["rmse"], truth
 

@@ -338,8 +338,8 @@ class Geometry(NamedTuple):
 
     delay_us: (n_ant, n_src, n_time, 4) RFI delays and their time derivatives; phase: (n_ant,
     n_src, n_freq, n_time) centre phases (rad); time_cycles, freq_cycles: (n_bl,) largest RFI
-    fringe winding per cell; sky_fringe_rate_hz: (n_bl,) largest sky fringe rate in the field of
-    radius fov_radius_rad.
+    fringe winding per cell; sky_fringe_rate_hz, sky_delay_s: (n_bl,) largest sky fringe rate
+    (Hz) and delay (s) in the field of radius fov_radius_rad.
     """
 
     delay_us: np.ndarray
@@ -348,6 +348,7 @@ class Geometry(NamedTuple):
     freq_cycles: np.ndarray
     sky_fringe_rate_hz: np.ndarray
     fov_radius_rad: float
+    sky_delay_s: np.ndarray
 
 
 def observation_geometry(meta, config: ModelConfig) -> Geometry:
@@ -382,6 +383,16 @@ def observation_geometry(meta, config: ModelConfig) -> Geometry:
         freq_cycles,
         fringe_rate,
         fov,
+        geometry.max_sky_delay_s(
+            meta.ant_itrf,
+            meta.a1,
+            meta.a2,
+            meta.times_s,
+            meta.gast0_rad,
+            meta.ra_rad,
+            meta.dec_rad,
+            fov,
+        ),
     )
 
 
@@ -482,6 +493,7 @@ class Frame(NamedTuple):
     constants: ModelConstants
     grid: sky.SkyGrid
     fringe_rate_hz: np.ndarray
+    sky_delay_s: np.ndarray
     rfi: rfi_signal.RfiSignalParams
     gains: gains.GainsParams
     info: dict[str, Any]
@@ -544,7 +556,13 @@ def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None 
         ),
     )
     grid = sky.make_grid(
-        config.sky, geom.sky_fringe_rate_hz, n_freq, n_time, meta.chan_width, meta.int_time
+        config.sky,
+        geom.sky_fringe_rate_hz,
+        n_freq,
+        n_time,
+        meta.chan_width,
+        meta.int_time,
+        delay_s=geom.sky_delay_s,
     )
     info = {
         "rfi_groups": group_sizes,
@@ -560,6 +578,7 @@ def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None 
         constants,
         grid,
         geom.sky_fringe_rate_hz,
+        geom.sky_delay_s,
         rfi_signal.init(rfi_c, prior_keys(seed).rfi if init == "prior" else None),
         gains.init(gains_c, prior_keys(seed).gains if init == "prior" else None),
         info,
@@ -693,6 +712,7 @@ def build(obs, config: ModelConfig, *, init: str = "data", seed: int = 0) -> Mod
         config.sky,
         frame.grid,
         frame.fringe_rate_hz,
+        delay_s=frame.sky_delay_s,
         scale=sky_sigma,
         mean=sky_mean if init in FROM_DATA_INITS else 0.0,
         dtype=real,
@@ -745,10 +765,15 @@ def abstract_model(
     cplx = np.result_type(real, np.complex64)
     frame = model_frame(meta, config, snr, rfi_level, init, seed, geom)
     sky_c = sky.make_constants(
-        config.sky, frame.grid, frame.fringe_rate_hz, scale=sky_sigma, dtype=real
+        config.sky,
+        frame.grid,
+        frame.fringe_rate_hz,
+        delay_s=frame.sky_delay_s,
+        scale=sky_sigma,
+        dtype=real,
     )
     sky_c = sky_c._replace(mean=jax.ShapeDtypeStruct(sky_c.mean.shape, cplx))
-    n_kf, n_kt = sky_c.weight_freq.shape[0], sky_c.weight_time.shape[1]
+    n_kf, n_kt = sky_c.weight_freq.shape[1], sky_c.weight_time.shape[1]
     cube = (meta.n_bl, meta.n_freq, meta.n_time)
     data = Data(
         vis=jax.ShapeDtypeStruct(cube, cplx),

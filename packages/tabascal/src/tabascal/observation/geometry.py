@@ -321,6 +321,24 @@ def max_sky_fringe_rate(
     return rate.max(axis=0) * np.max(freqs_hz) / C
 
 
+def max_sky_delay_s(
+    ant_itrf, a1, a2, times_s, gast0_rad, ra_rad, dec_rad, fov_radius_rad
+) -> np.ndarray:
+    """Largest delay (s) of a sky source within ``fov_radius_rad`` of the phase centre.
+
+    A source at (l, m) reaches the two antennas of a baseline ``(u l + v m + w (n - 1)) / c``
+    apart (u, v, w in m), bounded by ``(|(u, v)| sin r + |w| (1 - cos r)) / c``: the inverse of
+    the bandwidth over which the baseline's sky decorrelates. Maximised over times.
+    a1, a2: (n_bl,) int. Returns (n_bl,) float64.
+    """
+    uvw = antenna_uvw(ant_itrf, times_s, gast0_rad, ra_rad, dec_rad)
+    d = uvw[:, np.asarray(a1)] - uvw[:, np.asarray(a2)]  # (t, bl, 3)
+    delay = np.hypot(d[..., 0], d[..., 1]) * np.sin(fov_radius_rad) + np.abs(d[..., 2]) * (
+        1 - np.cos(fov_radius_rad)
+    )
+    return delay.max(axis=0) / C
+
+
 def rfi_fringe_winding(delay_us, a1, a2, freqs_hz, int_time, chan_width, block: int = 4096):
     """Largest phase winding of each baseline's RFI across one cell, in cycles.
 

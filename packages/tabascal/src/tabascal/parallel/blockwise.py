@@ -387,11 +387,17 @@ def _placed_sky(config, frame, placement, rfi_params, constants, data, stats, *,
     cplx = np.result_type(real, np.complex64)
     n_bl, n_rows = spec.model.n_bl, spec.n_rows
     sky_host = sky.make_constants(
-        config.sky, frame.grid, frame.fringe_rate_hz, scale=1.0, dtype=real
+        config.sky,
+        frame.grid,
+        frame.fringe_rate_hz,
+        delay_s=frame.sky_delay_s,
+        scale=1.0,
+        dtype=real,
     )
     rows_spec = NamedSharding(mesh, P(baseline_axis.AXIS))
     sky_c = baseline_axis.replicate(sky_host._replace(**dict.fromkeys(sky.BASELINE_FIELDS)), mesh)
     sky_c = sky_c._replace(
+        weight_freq=baseline_axis.place_rows(sky_host.weight_freq, "copy", placement),
         weight_time=baseline_axis.place_rows(sky_host.weight_time, "copy", placement),
         mean=jax.jit(lambda: jnp.zeros(n_rows, cplx), out_shardings=rows_spec)(),
     )
@@ -410,7 +416,7 @@ def _placed_sky(config, frame, placement, rfi_params, constants, data, stats, *,
         scale=jax.jit(lambda s: jnp.full(n_rows, s), out_shardings=rows_spec)(scale),
         mean=sky_mean.astype(cplx) if init == "data" else sky_c.mean,
     )
-    z_shape = (n_bl, 2, sky_host.weight_freq.shape[0], sky_host.weight_time.shape[1])
+    z_shape = (n_bl, 2, sky_host.weight_freq.shape[1], sky_host.weight_time.shape[1])
     z = _sky_start_params(z_shape, real, init, seed, n_rows, placement.order, mesh)
     return sky_c, sky.SkyParams(z), sky_sigma
 
