@@ -158,6 +158,16 @@ def test_sidereal_angle_matches_meeus_example():
     assert got == pytest.approx(expected, abs=1e-7)
 
 
+def _sources_in_field(ra, dec, fov, seed, n=300):
+    """n random directions about (ra, dec) and which of them lie within ``fov`` (rad)."""
+    rng = np.random.default_rng(seed)
+    r, phi = fov * np.sqrt(rng.uniform(size=n)), rng.uniform(0, 2 * np.pi, n)
+    src_dec = dec + r * np.sin(phi)
+    src_ra = ra + r * np.cos(phi) / np.cos(dec)
+    keep = np.arccos(geo.radec_to_unit(src_ra, src_dec) @ geo.radec_to_unit(ra, dec)) <= fov
+    return src_ra, src_dec, keep
+
+
 def test_max_sky_fringe_rate_bounds_sampled_sources():
     ant = _array(n_ant=5, spread_m=20e3)
     a1, a2 = np.triu_indices(5, 1)
@@ -165,11 +175,7 @@ def test_max_sky_fringe_rate_bounds_sampled_sources():
     times = np.linspace(0.0, 3600.0, 7)
     fov = np.deg2rad(4.0)
     bound = geo.max_sky_fringe_rate(ant, a1, a2, times, GAST0, ra, dec, [150e6], fov)
-    rng = np.random.default_rng(1)
-    r, phi = fov * np.sqrt(rng.uniform(size=300)), rng.uniform(0, 2 * np.pi, 300)
-    src_dec = dec + r * np.sin(phi)
-    src_ra = ra + r * np.cos(phi) / np.cos(dec)
-    keep = np.arccos(geo.radec_to_unit(src_ra, src_dec) @ geo.radec_to_unit(ra, dec)) <= fov
+    src_ra, src_dec, keep = _sources_in_field(ra, dec, fov, seed=1)
     dt = 1e-2
     taus = [geo.sky_delays(ant, times + s, GAST0, ra, dec, src_ra, src_dec) for s in (-dt, dt)]
     rate = 150.0 * (taus[1] - taus[0]) / (2 * dt)  # MHz x us/s = cycles/s
@@ -185,11 +191,7 @@ def test_max_sky_delay_bounds_sampled_sources():
     times = np.linspace(0.0, 3600.0, 7)
     fov = np.deg2rad(4.0)
     bound = geo.max_sky_delay_s(ant, a1, a2, times, GAST0, ra, dec, fov)
-    rng = np.random.default_rng(2)
-    r, phi = fov * np.sqrt(rng.uniform(size=300)), rng.uniform(0, 2 * np.pi, 300)
-    src_dec = dec + r * np.sin(phi)
-    src_ra = ra + r * np.cos(phi) / np.cos(dec)
-    keep = np.arccos(geo.radec_to_unit(src_ra, src_dec) @ geo.radec_to_unit(ra, dec)) <= fov
+    src_ra, src_dec, keep = _sources_in_field(ra, dec, fov, seed=2)
     tau_us = geo.sky_delays(ant, times, GAST0, ra, dec, src_ra, src_dec)
     sampled = np.abs(tau_us[a1] - tau_us[a2])[:, keep].max(axis=(1, 2)) * 1e-6
     assert np.all(sampled <= bound * (1 + 1e-9))

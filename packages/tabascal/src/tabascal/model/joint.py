@@ -365,34 +365,16 @@ def observation_geometry(meta, config: ModelConfig) -> Geometry:
             delay_us, meta.a1, meta.a2, meta.freqs_hz, meta.int_time, meta.chan_width
         )
     fov = _fov_radius_rad(config, meta)
-    fringe_rate = geometry.max_sky_fringe_rate(
-        meta.ant_itrf,
-        meta.a1,
-        meta.a2,
-        meta.times_s,
-        meta.gast0_rad,
-        meta.ra_rad,
-        meta.dec_rad,
-        meta.freqs_hz,
-        fov,
-    )
+    baselines = (meta.ant_itrf, meta.a1, meta.a2, meta.times_s, meta.gast0_rad)
+    centre = (meta.ra_rad, meta.dec_rad)
     return Geometry(
         delay_us,
         geometry.centre_phase(delay_us, meta.freqs_hz),
         time_cycles,
         freq_cycles,
-        fringe_rate,
+        geometry.max_sky_fringe_rate(*baselines, *centre, meta.freqs_hz, fov),
         fov,
-        geometry.max_sky_delay_s(
-            meta.ant_itrf,
-            meta.a1,
-            meta.a2,
-            meta.times_s,
-            meta.gast0_rad,
-            meta.ra_rad,
-            meta.dec_rad,
-            fov,
-        ),
+        geometry.max_sky_delay_s(*baselines, *centre, fov),
     )
 
 
