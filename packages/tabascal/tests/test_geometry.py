@@ -158,6 +158,14 @@ def test_sidereal_angle_matches_meeus_example():
     assert got == pytest.approx(expected, abs=1e-7)
 
 
+def _field_case():
+    """Five antennas over 20 km, a zenith field of 4 degrees, seven times over an hour."""
+    a1, a2 = np.triu_indices(5, 1)
+    ra, dec = _zenith_phase_centre(1800.0)
+    times = np.linspace(0.0, 3600.0, 7)
+    return _array(n_ant=5, spread_m=20e3), a1, a2, ra, dec, times, np.deg2rad(4.0)
+
+
 def _sources_in_field(ra, dec, fov, seed, n=300):
     """n random directions about (ra, dec) and which of them lie within ``fov`` (rad)."""
     rng = np.random.default_rng(seed)
@@ -169,11 +177,7 @@ def _sources_in_field(ra, dec, fov, seed, n=300):
 
 
 def test_max_sky_fringe_rate_bounds_sampled_sources():
-    ant = _array(n_ant=5, spread_m=20e3)
-    a1, a2 = np.triu_indices(5, 1)
-    ra, dec = _zenith_phase_centre(1800.0)
-    times = np.linspace(0.0, 3600.0, 7)
-    fov = np.deg2rad(4.0)
+    ant, a1, a2, ra, dec, times, fov = _field_case()
     bound = geo.max_sky_fringe_rate(ant, a1, a2, times, GAST0, ra, dec, [150e6], fov)
     src_ra, src_dec, keep = _sources_in_field(ra, dec, fov, seed=1)
     dt = 1e-2
@@ -185,11 +189,7 @@ def test_max_sky_fringe_rate_bounds_sampled_sources():
 
 
 def test_max_sky_delay_bounds_sampled_sources():
-    ant = _array(n_ant=5, spread_m=20e3)
-    a1, a2 = np.triu_indices(5, 1)
-    ra, dec = _zenith_phase_centre(1800.0)
-    times = np.linspace(0.0, 3600.0, 7)
-    fov = np.deg2rad(4.0)
+    ant, a1, a2, ra, dec, times, fov = _field_case()
     bound = geo.max_sky_delay_s(ant, a1, a2, times, GAST0, ra, dec, fov)
     src_ra, src_dec, keep = _sources_in_field(ra, dec, fov, seed=2)
     tau_us = geo.sky_delays(ant, times, GAST0, ra, dec, src_ra, src_dec)
