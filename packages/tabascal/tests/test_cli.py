@@ -141,6 +141,15 @@ def test_run_summary_names_the_brightest_satellites_the_per_satellite_cubes_and_
     assert len(_summary_lines(_run_summary(satellites=[], orbits=None))) == 4
 
 
+def test_run_summary_prints_chi_squared_to_four_significant_figures_with_its_zeros():
+    from tabascal.cli.fit import _summary_lines
+
+    line = _summary_lines(_run_summary(chi2_init=45.213, chi2_final=1.0))[0]
+    assert line == "  reduced chi-squared   45.21 -> 1.000"  # not "-> 1", as if rounded
+    line = _summary_lines(_run_summary(chi2_init=10822.0, chi2_final=0.99031))[0]
+    assert line == "  reduced chi-squared   1.082e+04 -> 0.9903"
+
+
 def test_run_summary_lists_at_most_eight_satellites_orbit_offsets():
     from tabascal.cli.fit import _summary_lines
 

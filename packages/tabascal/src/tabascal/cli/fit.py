@@ -72,7 +72,7 @@ def _apply_flags(config: dict, args) -> dict:
 def _summary_lines(summary: dict) -> list[str]:
     gib = [b / 2**30 for b in summary["per_device_peak_bytes"]]
     lines = [
-        f"  reduced chi-squared   {summary['chi2_init']:.4g} -> {summary['chi2_final']:.4g}",
+        f"  reduced chi-squared   {summary['chi2_init']:#.4g} -> {summary['chi2_final']:#.4g}",
         f"  steps                 {summary['steps']} in {summary['seconds_fit']:.1f} s",
         f"  devices               {summary['n_devices']} (shard axis {summary['shard_axis']}"
         + (", antenna-reuse plan)" if summary.get("reuse_plan") else ")"),
