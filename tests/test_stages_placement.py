@@ -1,10 +1,17 @@
 """Placement from abstract shapes (tabascal.planning.stages) equals the routes' own placement of
-real arrays, on 4 virtual CPU devices; no program is compiled here."""
+real arrays, on 4 virtual CPU devices; one fit step is compiled, to follow the L-BFGS
+histories' placement through it."""
+
+from functools import partial
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from conftest import require_devices
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from tabascal.config import run_config
 from tabascal.fitting import optimiser
@@ -51,22 +58,60 @@ def test_abstract_placement_has_the_shapes_and_shardings_of_the_real_one(models,
     assert stages.bytes_per_device(parts(from_shapes), devices) == [held[d] for d in devices]
 
 
-def test_optimiser_state_shardings_follow_the_eager_initialisation(models):
-    model, _ = models
-    route = routes.route("baseline")
+def _polish_state(model, axis):
+    """The baseline-axis placement of ``model`` and its fit state with the L-BFGS polish."""
+    route = routes.route(axis)
     mesh = route.make_mesh(N_DEVICES)
     real = route.place(model, mesh)
-    # The gradient phases' state. With the L-BFGS polish (the run default since 2026-12-02) the
-    # eager initialisation leaves the polish's history arrays on one device where the planner
-    # replicates them: its placement on the baseline axis is still to be made.
-    optimizer = optimiser.make_optimizer(optimiser.FitConfig(polish_steps=0))
-    eager = optimiser.init_state(real.params, optimizer).opt_state
+    config = optimiser.FitConfig(steps=1, second_phase_steps=0, polish_steps=2, polish_memory=3)
+    optimizer = optimiser.make_optimizer(config)
+    return route, mesh, real, optimizer, optimiser.init_state(real.params, optimizer)
+
+
+@pytest.mark.parametrize("axis", ["baseline", "reuse"])
+def test_optimiser_state_shardings_follow_the_eager_initialisation(models, axis):
+    model, _ = models
+    _, mesh, real, optimizer, state = _polish_state(model, axis)
     shape = jax.eval_shape(optimizer.init, real.params)
     predicted = stages.state_shardings(real.params, shape, mesh, None)
-    expected = jax.tree.map(lambda x: x.sharding, eager)
-    for got, want, leaf in zip(
-        jax.tree.leaves(predicted), jax.tree.leaves(expected), jax.tree.leaves(eager),
-        strict=True,
+    for got, leaf in zip(
+        jax.tree.leaves(predicted), jax.tree.leaves(state.opt_state), strict=True
     ):  # fmt: skip
-        if leaf.ndim:  # step counts: uncommitted scalars, replicated under jit
-            assert got == want
+        # Uncommitted leaves (step counts, the histories' weights) are replicated under jit.
+        assert got == (leaf.sharding if leaf.committed else NamedSharding(mesh, P()))
+
+
+def _sky_histories(opt_state):
+    lbfgs = [
+        node
+        for node in jax.tree.leaves(
+            opt_state, is_leaf=lambda n: isinstance(n, optax.ScaleByLBFGSState)
+        )
+        if isinstance(node, optax.ScaleByLBFGSState)
+    ]
+    assert len(lbfgs) == 1
+    return lbfgs[0].diff_params_memory.sky.z, lbfgs[0].diff_updates_memory.sky.z
+
+
+@pytest.mark.parametrize("axis", ["baseline", "reuse"])
+def test_lbfgs_histories_divide_like_the_sky_through_the_steps(models, axis):
+    """The polish's histories of the sky's modes are held per device as the modes are, at the
+    start and after gradient and L-BFGS steps (the step's outputs keep its inputs' placement),
+    so its 2 x polish_memory copies divide over the devices instead of being replicated."""
+    model, _ = models
+    route, _, real, optimizer, state = _polish_state(model, axis)
+    shape, spec = real.params.sky.z.shape, real.params.sky.z.sharding.spec  # donated below
+    step = optimiser.make_step(partial(route.loss, spec=real.spec), optimizer)
+    # The step donates its state: its own copy of the parameters, not the shared fixture's.
+    state = state._replace(params=jax.tree.map(jnp.copy, state.params))
+    for taken in range(4):  # the start, one gradient step, then the two L-BFGS steps (and one)
+        for history in _sky_histories(state.opt_state):
+            assert history.shape == (3, *shape)
+            assert history.sharding.spec == P(None, *spec)
+            # Independent of the sharding's description: what each device holds.
+            shards = history.addressable_shards
+            assert len(shards) == N_DEVICES
+            assert {s.data.shape for s in shards} == {(3, shape[0] // N_DEVICES, *shape[1:])}
+        if taken < 3:
+            state, _, _ = step(state, (real.constants, real.data))
+    assert int(state.step) == 3

@@ -28,6 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from tabascal.config import option_field
 from tabascal.parallel import processes
@@ -155,9 +157,10 @@ def then_lbfgs(
     polish = optax.lbfgs(memory_size=memory)
 
     def init(params):
+        inner = map_history(polish.init(params), params, _place_stack)
         # optax's L-BFGS state holds one array in several leaves; the step donates its state,
         # which needs every leaf its own buffer.
-        inner = jax.tree_util.tree_map(jnp.copy, polish.init(params))
+        inner = jax.tree_util.tree_map(jnp.copy, inner)
         return PhasedState(jnp.zeros((), jnp.int32), first.init(params), inner)
 
     def update(updates, state, params=None, *, value=None, grad=None, value_fn=None, **extra):
@@ -180,6 +183,44 @@ def then_lbfgs(
         return out, state._replace(count=state.count + 1)
 
     return optax.GradientTransformationExtraArgs(init, update)
+
+
+def stacked_sharding(sharding):
+    """The sharding of a stack of arrays each placed as ``sharding``: the stack's new leading
+    axis whole on every device, the rest as one array."""
+    if isinstance(sharding, NamedSharding):
+        return NamedSharding(sharding.mesh, P(None, *sharding.spec))
+    return sharding
+
+
+def map_history(state, params, fn):
+    """``state`` with each leaf of its L-BFGS histories (``diff_params_memory`` and
+    ``diff_updates_memory``: (memory, *leaf.shape) stacks of past steps, one per parameter
+    leaf) replaced by ``fn(stack, parameter leaf)``.
+
+    ``optax.lbfgs`` makes its histories with ``jnp.zeros``: uncommitted, on one device, and
+    replicated by ``jit``, where each parameter it stacks may be divided over the devices
+    (the sky's modes on the baseline axis). Placed as their parameters, stacked
+    (``stacked_sharding``), they divide like the parameters they remember.
+    """
+
+    def place(node):
+        if not isinstance(node, optax.ScaleByLBFGSState):
+            return node
+        return node._replace(
+            diff_params_memory=jax.tree.map(fn, node.diff_params_memory, params),
+            diff_updates_memory=jax.tree.map(fn, node.diff_updates_memory, params),
+        )
+
+    return jax.tree.map(place, state, is_leaf=lambda n: isinstance(n, optax.ScaleByLBFGSState))
+
+
+def _place_stack(stack, leaf):
+    """``stack`` on the devices of ``leaf``, stacked (``stacked_sharding``), when ``leaf`` is a
+    placed array; traced or abstract, as it is (``jit``'s ``out_shardings`` place it)."""
+    if isinstance(leaf, jax.core.Tracer) or not isinstance(leaf, jax.Array):
+        return stack
+    return jax.device_put(stack, stacked_sharding(leaf.sharding))
 
 
 def init_state(params, optimizer: optax.GradientTransformation) -> FitState:

@@ -159,14 +159,20 @@ def _committed(sharding, mesh):
 
 
 def state_shardings(params, state_shape, mesh, device):
-    """Shardings of an optimiser state: each leaf shaped like a parameter takes that
-    parameter's sharding, as ``optimizer.init`` run eagerly on placed parameters gives (its
-    ``zeros_like`` keeps the sharding); the rest (step counts) are replicated."""
+    """Shardings of an optimiser state, as ``optimizer.init`` run eagerly on placed parameters
+    gives: each leaf shaped like a parameter takes that parameter's sharding (its
+    ``zeros_like`` keeps the sharding); the L-BFGS histories, stacks of past steps, take their
+    parameter's stacked (``optimiser.map_history``); the rest (step counts, the histories'
+    weights) are replicated."""
     by_shape = {}
     for leaf in jax.tree.leaves(params):
         by_shape.setdefault((leaf.shape, np.dtype(leaf.dtype)), leaf.sharding)
     other = device if mesh is None else NamedSharding(mesh, P())
-    return jax.tree.map(lambda s: by_shape.get((s.shape, np.dtype(s.dtype)), other), state_shape)
+    shardings = jax.tree.map(
+        lambda s: by_shape.get((s.shape, np.dtype(s.dtype)), other), state_shape
+    )
+    stacked = lambda _, leaf: optimiser.stacked_sharding(leaf.sharding)  # noqa: E731
+    return optimiser.map_history(shardings, params, stacked)
 
 
 def compile_stages(
