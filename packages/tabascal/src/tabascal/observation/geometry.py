@@ -303,9 +303,25 @@ def satellite_sightlines(ant_itrf, orbits, times_s, gast0_rad, ra_rad, dec_rad):
     return range_m, np.sqrt(np.clip(1.0 - cos_off**2, 0.0, 1.0))
 
 
+def _field_bound(per_antenna, a1, a2, fov_radius_rad, block: int) -> np.ndarray:
+    """max over t of ``|(x, y)| sin r + |z| (1 - cos r)`` of each baseline's difference of
+    ``per_antenna`` (n_time, n_ant, 3): (n_bl,) float64, ``block`` baselines at a time (at 2048
+    stations a whole (n_time, n_bl, 3) difference is 7.5 GB)."""
+    a1, a2 = np.asarray(a1), np.asarray(a2)
+    out = np.empty(a1.shape[0])
+    sin_r, versin_r = np.sin(fov_radius_rad), 1 - np.cos(fov_radius_rad)
+    for start in range(0, a1.shape[0], block):
+        rows = slice(start, start + block)
+        d = per_antenna[:, a1[rows]] - per_antenna[:, a2[rows]]  # (t, block, 3)
+        bound = np.hypot(d[..., 0], d[..., 1]) * sin_r + np.abs(d[..., 2]) * versin_r
+        out[rows] = bound.max(axis=0)
+    return out
+
+
 def max_sky_fringe_rate(
-    ant_itrf, a1, a2, times_s, gast0_rad, ra_rad, dec_rad, freqs_hz, fov_radius_rad
-) -> np.ndarray:
+    ant_itrf, a1, a2, times_s, gast0_rad, ra_rad, dec_rad, freqs_hz, fov_radius_rad,
+    block: int = 4096,
+) -> np.ndarray:  # fmt: skip
     """Largest fringe rate (Hz) of a sky source within ``fov_radius_rad`` of the phase centre.
 
     For a source at (l, m) the fringe-stopped phase is ``f/c (u l + v m + w (n - 1))``; its rate
@@ -314,15 +330,11 @@ def max_sky_fringe_rate(
     """
     vel = antenna_inertial(ant_itrf, times_s, gast0_rad, n_deriv=1)[1]  # (a, t, 3)
     duvw = np.einsum("ij,atj->tai", phase_centre_basis(ra_rad, dec_rad), vel)
-    d = duvw[:, np.asarray(a1)] - duvw[:, np.asarray(a2)]  # (t, bl, 3)
-    rate = np.hypot(d[..., 0], d[..., 1]) * np.sin(fov_radius_rad) + np.abs(d[..., 2]) * (
-        1 - np.cos(fov_radius_rad)
-    )
-    return rate.max(axis=0) * np.max(freqs_hz) / C
+    return _field_bound(duvw, a1, a2, fov_radius_rad, block) * np.max(freqs_hz) / C
 
 
 def max_sky_delay_s(
-    ant_itrf, a1, a2, times_s, gast0_rad, ra_rad, dec_rad, fov_radius_rad
+    ant_itrf, a1, a2, times_s, gast0_rad, ra_rad, dec_rad, fov_radius_rad, block: int = 4096
 ) -> np.ndarray:
     """Largest delay (s) of a sky source within ``fov_radius_rad`` of the phase centre.
 
@@ -332,11 +344,7 @@ def max_sky_delay_s(
     a1, a2: (n_bl,) int. Returns (n_bl,) float64.
     """
     uvw = antenna_uvw(ant_itrf, times_s, gast0_rad, ra_rad, dec_rad)
-    d = uvw[:, np.asarray(a1)] - uvw[:, np.asarray(a2)]  # (t, bl, 3)
-    delay = np.hypot(d[..., 0], d[..., 1]) * np.sin(fov_radius_rad) + np.abs(d[..., 2]) * (
-        1 - np.cos(fov_radius_rad)
-    )
-    return delay.max(axis=0) / C
+    return _field_bound(uvw, a1, a2, fov_radius_rad, block) / C
 
 
 def rfi_fringe_winding(delay_us, a1, a2, freqs_hz, int_time, chan_width, block: int = 4096):
