@@ -169,6 +169,46 @@ def init(constants: GainsConstants, key: jax.Array | None = None) -> GainsParams
     )
 
 
+def init_from_gains(constants: GainsConstants, g, ref_ant: int) -> GainsParams:
+    """Whitened parameters whose gains come closest to ``g`` (n_ant, n_freq, n_time) complex,
+    in least squares on the log amplitude and the phase (``init: truth``).
+
+    The phases are first referred to antenna ``ref_ant`` (``g conj(g_ref) / |g_ref|``): the data
+    hold only phase differences, and the model's reference has phase exactly 0. Host numpy,
+    float64; the result in the constants' real dtype. Unitary gains have no modes to fit.
+    """
+    g = np.asarray(g, np.complex128)
+    n_ant, n_freq = np.asarray(constants.log_amp_mean).shape
+    n_kt = int(constants.weight_time.shape[0])
+    dtype = constants.weight_time.dtype
+    if g.shape[:2] != (n_ant, n_freq) or g.shape[2] != constants.hartley_time.shape[0]:
+        raise ValueError(
+            f"gains of shape {g.shape}; expected (n_ant, n_freq, n_time) = "
+            f"({n_ant}, {n_freq}, {constants.hartley_time.shape[0]})"
+        )
+    if n_kt == 0:
+        return init(constants)
+    basis = np.asarray(constants.hartley_time, np.float64) * np.asarray(
+        constants.weight_time, np.float64
+    )  # (n_time, n_kt): x(t) = basis @ z
+
+    def modes(target, sigma):  # (rows, n_time) -> (rows, n_kt)
+        return np.linalg.lstsq(float(sigma) * basis, target.T, rcond=None)[0].T
+
+    log_amp = np.log(np.abs(g)) - np.asarray(constants.log_amp_mean, np.float64)[..., None]
+    referred = g * np.conj(g[ref_ant]) / np.abs(g[ref_ant])
+    phase = np.unwrap(np.angle(referred), axis=-1)
+    phase -= np.asarray(constants.phase_mean, np.float64)[..., None]
+    rows = np.asarray(constants.phase_rows)
+    others = np.argsort(rows)[1:]  # antennas of params.phase rows 1.., the reference left out
+    z_amp = modes(log_amp.reshape(-1, g.shape[2]), constants.amp_sigma)
+    z_phase = modes(phase[others].reshape(-1, g.shape[2]), constants.phase_sigma)
+    return GainsParams(
+        log_amp=jnp.asarray(z_amp.reshape(n_ant, n_freq, n_kt), dtype),
+        phase=jnp.asarray(z_phase.reshape(n_ant - 1, n_freq, n_kt), dtype),
+    )
+
+
 def _time_process(z: jax.Array, constants: GainsConstants) -> jax.Array:
     """sum_j weight_time[j] z[..., j] cas(2 pi j t / N): (..., n_kt) -> (..., n_time) real."""
     return jnp.einsum(

@@ -700,15 +700,19 @@ def build(obs, config: ModelConfig, *, init: str = "data", seed: int = 0) -> Mod
         dtype=real,
     )
     sky_params = sky.init(sky_c, prior_keys(seed).sky if init == "prior" else None)
+    gains_params = frame.gains
     if init == "truth":
         sky_params = sky.init_from_data(sky_c, obs.truth.sky_vis, noise=0.01 * noise)
+        gains_params = gains.init_from_gains(
+            frame.constants.gains, obs.truth.gains, config.gains.ref_ant
+        )
     info = dict(frame.info, sky_sigma=sky_sigma)
     logger.info("model: %s", info)
     return Model(
         spec=frame.spec,
         constants=frame.constants._replace(sky=sky_c),
         data=data,
-        params=ModelParams(sky_params, rfi_params, frame.gains, frame.orbits),
+        params=ModelParams(sky_params, rfi_params, gains_params, frame.orbits),
         info=info,
     )
 
