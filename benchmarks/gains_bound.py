@@ -103,10 +103,14 @@ def bound(name: str, simulation: dict, where: Path, block: int) -> dict:
     noise = noise[:, None, None] if noise.ndim == 1 else noise[:, :, None]
     keep = ~np.asarray(data.flags)
 
-    def residual(theta):
-        vis = joint.predict(unravel(theta), model.constants, model.spec).model
+    def residual_of(vis):
         r = ((vis - data.vis) / noise)[keep]
         return jnp.concatenate([r.real, r.imag])
+
+    def residual(theta):
+        return residual_of(joint.predict(unravel(theta), model.constants, model.spec).model)
+
+    data_a1, data_a2 = model.constants.a1, model.constants.a2
 
     def gains_of(theta):
         g = gains.forward(unravel(theta).gains, model.constants.gains).ravel()
@@ -134,10 +138,25 @@ def bound(name: str, simulation: dict, where: Path, block: int) -> dict:
     # The linearised MAP from the truth, for this noise: one Gauss-Newton step down the
     # gradient J^T r + theta, and its expectation over the noise at this truth: the prior's
     # pull -H^-1 theta (a bias) and the noise's spread H^-1 J^T J H^-1 (= H^-1 - H^-2).
+    # r = misfit - noise: what the model at the truth start leaves of the noiseless data
+    # (the simulator's g_p (V_sky + V_rfi) conj(g_q)), less the noise; each part's step apart.
     _, pullback = jax.vjp(residual, theta0)
-    gradient = np.asarray(pullback(residual(theta0))[0]) + np.asarray(theta0)
+    t = obs.truth
+    noiseless = gains.apply(
+        jnp.asarray(t.sky_vis + t.rfi_vis), jnp.asarray(g_true), data_a1, data_a2
+    )
+    r0 = np.asarray(residual(theta0))
+    noise_part = np.asarray(residual_of(noiseless))  # -noise / its std
+    parts = {"misfit": r0 - noise_part, "noise": noise_part}
+
+    def gains_step(gradient):
+        return g_jac @ np.linalg.solve(h, gradient)
+
+    gradient = np.asarray(pullback(r0)[0]) + np.asarray(theta0)
     g_map = np.asarray(gains_of(theta0 - np.linalg.solve(h, gradient)))
     g_map = g_map[:n_cells] + 1j * g_map[n_cells:]
+    by_part = {k: gains_step(np.asarray(pullback(v)[0])) for k, v in parts.items()}
+    by_part["prior"] = gains_step(np.asarray(theta0))
     solved = np.linalg.solve(h, g_jac.T)  # H^-1 G^T
     bias = g_jac @ np.linalg.solve(h, np.asarray(theta0))
     spread_sq = np.trace(g_jac @ solved) - np.sum(solved**2)
@@ -157,6 +176,16 @@ def bound(name: str, simulation: dict, where: Path, block: int) -> dict:
             np.sqrt((np.sum(bias**2) + spread_sq) / n_cells) / spread
         ),
         "gains_prior_pull_over_spread": float(np.sqrt(np.sum(bias**2) / n_cells) / spread),
+        # The linearised MAP's gains error from each part of its step: the model's misfit at
+        # the truth start, the noise, the prior's pull (their sum is the step).
+        **{
+            f"gains_map_{k}_over_spread": float(np.sqrt(np.sum(v**2) / n_cells) / spread)
+            for k, v in by_part.items()
+        },
+        # Reduced chi-squared of the misfit alone (0: the truth start reproduces the noiseless
+        # data), and of the noise (near 1).
+        "misfit_chi2": float(np.mean(parts["misfit"] ** 2)),
+        "noise_chi2": float(np.mean(parts["noise"] ** 2)),
     }
 
 
@@ -183,8 +212,9 @@ def main(argv=None) -> list[dict]:
     import yaml
 
     records = []
-    columns = ("bound", "rfi known", "prior", "pull", "expected", "map", "fit")
-    keys = [f"gains_{k}_over_spread" for k in ("bound", "prior", "prior_pull", "expected", "map")]
+    columns = ("bound", "rfi known", "prior", "expected", "map", "misfit", "noise", "pull", "fit")
+    kinds = ("bound", "prior", "expected", "map", "map_misfit", "map_noise", "map_prior")
+    keys = [f"gains_{k}_over_spread" for k in kinds]
     keys.insert(1, "gains_bound_over_spread_rfi_known")
     print(f"{'scenario':<16} {'params':>7} " + " ".join(f"{c:>9}" for c in columns))
     with tempfile.TemporaryDirectory() as tmp:
