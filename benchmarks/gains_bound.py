@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common
 
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
-#: Left out by default: eight satellites over 240 integrations make H about 4e4 wide.
+#: Left out by default: the largest scenario (eight satellites), its H the largest to form.
 DEFAULT_SKIP = ("leo-shell",)
 
 
@@ -191,12 +191,13 @@ def bound(name: str, simulation: dict, where: Path, block: int) -> dict:
 
 def _fitted(name: str) -> tuple[float | None, str | None]:
     """The latest ``science.py`` gains figure of ``name`` under benchmarks/results/ (by the
-    record's date) with its file's name."""
+    record's date) fitted with the run's defaults (no ``--config``), with its file's name."""
     found = []
     for path in glob.glob(str(_common.RESULTS / "science_*.json")):
         records = json.loads(Path(path).read_text())
         for record in records if isinstance(records, list) else [records]:
-            if record.get("scenario") == name and record.get("gains_over_spread") is not None:
+            defaults = record.get("run_config") == {} and "--steps" not in record.get("command", "")
+            if record.get("scenario") == name and defaults and record.get("gains_over_spread"):
                 found.append((record.get("date", ""), record["gains_over_spread"], Path(path).name))
     if not found:
         return None, None
