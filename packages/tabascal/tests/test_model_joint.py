@@ -302,6 +302,26 @@ def test_a_rising_satellites_partial_integration_is_predicted_as_well_as_a_whole
     assert np.all(errors["view"][:rise] == 0)  # below throughout: nothing, exactly
 
 
+def test_the_truth_start_fits_a_rising_satellites_signal_where_it_is_up(rising_store):
+    """Below the minimum elevation the truth's amplitude is zero, while the model's signal
+    reaches a few integrations further, as far as the time stencils read it, and continues
+    the signal there. The truth start fits only the integrations whose centre is above: the
+    fitted amplitude then follows the truth's wherever the satellite is up."""
+    rise_obs = read_observation(rising_store)
+    config = joint.ModelConfig()
+    model = joint.build(rise_obs, config, init="truth")
+    c = model.constants.rfi_signal
+    up = joint.satellites_in_view(rise_obs, config)[0]  # (n_time,)
+    reach = np.asarray(c.mask, bool)[0, 0, 0]
+    assert np.any(reach & ~up)  # the stencils read integrations below the horizon
+    signal = np.abs(np.asarray(rfi_signal.forward(model.params.rfi, c)))[:, 0]
+    true = np.abs(np.asarray(rise_obs.truth.rfi_amp))[:, 0]
+    error = np.max(np.abs(signal - true)[..., up]) / np.max(true)
+    print(f"largest error where up: {error:.2g} of the largest amplitude")
+    # measured 3.9e-4 (single precision); 0.22 when the integrations below were fitted too
+    assert error < 0.01
+
+
 def test_truth_initialisation_only_when_asked(obs):
     with pytest.raises(ValueError, match="truth group"):
         joint.build(_replace(obs, truth=None), joint.ModelConfig(), init="truth")

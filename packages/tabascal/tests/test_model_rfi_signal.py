@@ -118,6 +118,33 @@ def test_round_trip_through_latent_space_and_prior():
     )
 
 
+@pytest.mark.parametrize("signal", rfi_signal.SIGNALS)
+def test_the_fit_to_an_estimate_leaves_out_where_the_source_is_out_of_view(signal):
+    """A source that rises a third of the way in: its signal is zero before, whatever the
+    modes, so an estimate's zeros there say nothing of them; fitted as if they did, the
+    smooth modes would ring across the cells in view. The round trip recovers the signal
+    in view (in magnitude: the shared signal's estimate keeps no phase)."""
+    n_ant, n_src, n_freq, n_time = 3, 2, 4, 30
+    in_view = np.ones((n_src, n_time), bool)
+    in_view[0, :10] = False
+    config = rfi_signal.RfiSignalConfig(corr_time_s=20.0, bandwidth_hz=1.0e6, signal=signal)
+    rng = np.random.default_rng(4)
+    factor = rng.uniform(0.5, 1.5, (n_ant, n_src, n_freq, n_time)) * in_view[None, :, None]
+    constants = rfi_signal.make_constants(
+        config, n_ant, n_src, n_freq, n_time, CHAN_WIDTH, INT_TIME,
+        scale=SCALE, mean=5 * SCALE, in_view=in_view, factor=factor,
+    )  # fmt: skip
+    truth = np.asarray(jax.jit(rfi_signal.forward)(_draw(constants, 5), constants))
+    assert np.all(truth[:, 0, :, :10] == 0)
+    fitted = rfi_signal.init_from_estimate(constants, truth, 1e-4)
+    recovered = np.asarray(jax.jit(rfi_signal.forward)(fitted, constants))
+    error = np.max(np.abs(np.abs(recovered) - np.abs(truth))) / np.max(np.abs(truth))
+    print(f"{signal}: largest error {error:.2g} of the largest amplitude")
+    # measured 4.9e-5 per antenna, 2.5e-4 shared (its magnitude is not quite in the modes'
+    # span); 0.29 and 0.26 with the cells out of view fitted as zeros
+    assert error < {"per_antenna": 5e-3, "shared": 0.03}[signal]
+
+
 def test_single_precision_follows_the_constants():
     args = (CONFIG, 2, 2, 4, 16, CHAN_WIDTH, INT_TIME)
     c64 = rfi_signal.make_constants(*args, scale=SCALE)

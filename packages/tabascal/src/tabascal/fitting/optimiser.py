@@ -283,7 +283,7 @@ def run(
             chi2s.append(float(aux["chi2"]))
             n = len(losses)
             bar.update(1)
-            bar.set_postfix(loss=f"{losses[-1]:.4g}", chi2=f"{chi2s[-1]:.4g}", refresh=False)
+            bar.set_postfix(loss=f"{losses[-1]:.4g}", chi2=f"{chi2s[-1]:#.4g}", refresh=False)
             due = config.checkpoint_every and n % config.checkpoint_every == 0
             if checkpoint_dir is not None and due and n < config.total_steps:
                 save_checkpoint(
