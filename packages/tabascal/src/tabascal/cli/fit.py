@@ -456,7 +456,8 @@ def _demo(args: argparse.Namespace) -> int:
     fit = run_config.fit_config(config)
     print(
         f"tabascal demo: fitting ({fit.steps} + {fit.second_phase_steps} gradient steps, "
-        f"{fit.polish_steps} L-BFGS steps) into {out_dir}"
+        f"{fit.polish_steps} {'L-BFGS' if fit.polish == 'lbfgs' else 'Newton'} steps) into "
+        f"{out_dir}"
     )
     summary = job.run(obs, out_dir, config, overwrite=True, progress=not args.quiet)
     print("\n".join(_summary_lines(summary)))
