@@ -41,6 +41,7 @@ devices.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -78,6 +79,12 @@ def _arguments(argv=None):
         "--override",
         default=None,
         help='JSON of further preset overrides, e.g. \'{"array": {"n_stations": 32}}\'',
+    )
+    parser.add_argument(
+        "--polish",
+        default="lbfgs",
+        choices=("lbfgs", "newton"),
+        help="fit.polish: the L-BFGS polish (its histories in the state) or Newton's",
     )
     parser.add_argument("--json", type=Path, default=None, help="output path (default results/)")
     return parser.parse_args(argv)
@@ -175,7 +182,7 @@ def main(argv=None) -> list[dict]:
             start = time.perf_counter()
             model = joint.abstract_model(meta, run_config.model_config(config), snr=snr)
             seconds_model = time.perf_counter() - start
-            fit_config = run_config.fit_config(config)
+            fit_config = dataclasses.replace(run_config.fit_config(config), polish=options.polish)
             print(
                 f"\n{options.preset}, {channels} channels, {rfi} RFI: {meta.n_ant} stations, "
                 f"{meta.n_bl} baselines, {meta.n_sat} satellites, {meta.n_time} cells, "
@@ -203,6 +210,7 @@ def main(argv=None) -> list[dict]:
                             "axis": axis,
                             "devices": n_dev,
                             "phase_cache_mode": phase_cache,
+                            "polish": options.polish,
                             "cpu_scheduler": options.cpu_scheduler,
                             "n_ant": meta.n_ant,
                             "n_bl": meta.n_bl,
