@@ -214,9 +214,10 @@ def test_resume_across_the_switch_to_lbfgs_equals_an_uninterrupted_run(tmp_path)
     np.testing.assert_array_equal(resumed_history.loss, whole_history.loss)
 
 
-def test_newton_polish_defaults_to_a_fortieth_of_the_first_phase_and_refuses_unknown_polishes():
+def test_newton_polish_defaults_to_a_fortieth_of_the_first_phase_and_unknown_ones_are_refused():
     config = optimiser.FitConfig(polish="newton")
     assert (config.steps, config.second_phase_steps, config.polish_steps) == (800, 400, 20)
+    assert optimiser.FitConfig(polish="newton", steps=3).polish_steps == 1  # rounded up
     with pytest.raises(ValueError, match="choose one of"):
         optimiser.FitConfig(polish="bfgs")
 

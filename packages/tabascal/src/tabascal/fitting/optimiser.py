@@ -59,7 +59,7 @@ class FitConfig:
       polish: the optimiser after the gradient phases, one of ``POLISHES``: L-BFGS, or
         Newton's method by conjugate gradients (``newton_cg``).
       polish_steps: number of polish steps after those (0 for none; None: ``5 steps // 2``
-        L-BFGS steps, or ``steps // 40`` Newton steps).
+        L-BFGS steps, or ``steps / 40`` Newton steps, rounded up).
       polish_memory: past steps the L-BFGS direction is built from; its state holds two
         copies of the parameters per step.
       polish_cg_steps: conjugate-gradient iterations (Hessian-vector products) per Newton
@@ -89,7 +89,7 @@ class FitConfig:
     polish_steps: int | None = option_field(
         None,
         "polish steps after the gradient phases (0 = none); null = 2.5 x steps with lbfgs, "
-        "steps / 40 with newton",
+        "steps / 40 (rounded up) with newton",
         min=0,
     )
     polish_memory: int = option_field(
@@ -120,7 +120,7 @@ class FitConfig:
         if self.second_phase_steps is None:
             object.__setattr__(self, "second_phase_steps", self.steps // 2)
         if self.polish_steps is None:
-            share = 5 * self.steps // 2 if self.polish == "lbfgs" else self.steps // 40
+            share = 5 * self.steps // 2 if self.polish == "lbfgs" else -(-self.steps // 40)
             object.__setattr__(self, "polish_steps", share)
 
     @property
