@@ -21,8 +21,8 @@ def test_demo_prints_what_its_summary_holds(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     summary = json.loads((tmp_path / "fit" / "summary.json").read_text())
-    # 400 + 200 gradient steps and 1000 L-BFGS steps
-    assert summary["steps"] == 1600 and summary["shard_axis"] == "none"
+    # 400 + 200 gradient steps and 10 Newton steps
+    assert summary["steps"] == 610 and summary["shard_axis"] == "none"
     chi2_init, chi2_final = _number(out, r"reduced chi-squared\s+(\S+) -> (\S+)$")
     assert float(chi2_init) == pytest.approx(summary["chi2_init"], rel=1e-3)
     assert float(chi2_final) == pytest.approx(summary["chi2_final"], rel=1e-3)

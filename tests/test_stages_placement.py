@@ -63,7 +63,9 @@ def _polish_state(model, axis):
     route = routes.route(axis)
     mesh = route.make_mesh(N_DEVICES)
     real = route.place(model, mesh)
-    config = optimiser.FitConfig(steps=1, second_phase_steps=0, polish_steps=2, polish_memory=3)
+    config = optimiser.FitConfig(
+        steps=1, second_phase_steps=0, polish="lbfgs", polish_steps=2, polish_memory=3
+    )
     optimizer = optimiser.make_optimizer(config)
     return route, mesh, real, optimizer, optimiser.init_state(real.params, optimizer)
 

@@ -7,15 +7,16 @@ from tabascal.fitting import optimiser
 
 def _fit_config(**settings) -> optimiser.FitConfig:
     """A FitConfig with no second phase and no polish unless they are given (left unset, they
-    follow ``steps``)."""
-    return optimiser.FitConfig(**{"second_phase_steps": 0, "polish_steps": 0, **settings})
+    follow ``steps``), the polish L-BFGS unless another is given."""
+    settings = {"second_phase_steps": 0, "polish_steps": 0, "polish": "lbfgs", **settings}
+    return optimiser.FitConfig(**settings)
 
 
 def test_unset_phases_follow_the_first_phase_at_a_half_and_two_and_a_half_times():
-    config = optimiser.FitConfig(steps=6)
+    config = optimiser.FitConfig(steps=6, polish="lbfgs")
     assert (config.second_phase_steps, config.polish_steps, config.total_steps) == (3, 15, 24)
-    defaults = optimiser.FitConfig()
-    assert (defaults.steps, defaults.second_phase_steps, defaults.polish_steps) == (800, 400, 2000)
+    lbfgs = optimiser.FitConfig(polish="lbfgs")
+    assert (lbfgs.steps, lbfgs.second_phase_steps, lbfgs.polish_steps) == (800, 400, 2000)
     assert optimiser.FitConfig(steps=6, polish_steps=0).total_steps == 9
 
 
@@ -215,7 +216,8 @@ def test_resume_across_the_switch_to_lbfgs_equals_an_uninterrupted_run(tmp_path)
 
 
 def test_newton_polish_defaults_to_a_fortieth_of_the_first_phase_and_unknown_ones_are_refused():
-    config = optimiser.FitConfig(polish="newton")
+    config = optimiser.FitConfig()
+    assert config.polish == "newton"  # the default
     assert (config.steps, config.second_phase_steps, config.polish_steps) == (800, 400, 20)
     assert optimiser.FitConfig(polish="newton", steps=3).polish_steps == 1  # rounded up
     with pytest.raises(ValueError, match="choose one of"):

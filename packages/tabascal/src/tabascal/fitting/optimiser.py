@@ -6,15 +6,15 @@ jitted step as an argument rather than closed over, so large arrays are never ba
 compiled program as constants.
 
 The optimiser runs ``steps`` steps at ``learning_rate``, then ``second_phase_steps`` at a
-tenth of it, then ``polish_steps`` of L-BFGS (``optax.lbfgs``: a quasi-Newton direction from
-the last ``polish_memory`` steps and a zoom line search on the loss). The gradient phases find
-the basin; near the optimum their fixed step size makes them circle it, while L-BFGS, built
-from the curvature it measures, walks down the loss's long shallow valleys (the trade between a
-gain and the RFI amplitude it multiplies, say) that a first-order step crosses and recrosses.
-The polish may instead be Newton's method (``fit.polish: newton``, ``newton_cg``): each step
-solves H d = -g by ``polish_cg_steps`` conjugate-gradient iterations on Hessian-vector
-products of the loss, stopping at negative curvature, then backtracks along d. Fewer, dearer
-steps that follow the same valleys by the curvature itself, and no histories held.
+tenth of it, then ``polish_steps`` of the polish. The gradient phases find the basin; near the
+optimum their fixed step size makes them circle it, while the polish, built from the loss's
+curvature, walks down its long shallow valleys (the trade between a gain and the RFI amplitude
+it multiplies, say) that a first-order step crosses and recrosses. The default polish is
+Newton's method (``fit.polish: newton``, ``newton_cg``): each step solves H d = -g by
+``polish_cg_steps`` conjugate-gradient iterations on Hessian-vector products of the loss,
+stopping at negative curvature, then backtracks along d; it holds no histories. The other is
+L-BFGS (``fit.polish: lbfgs``, ``optax.lbfgs``: a quasi-Newton direction from the last
+``polish_memory`` steps and a zoom line search on the loss).
 The schedule and the phase live in the optimiser state, so a run resumed from a checkpoint
 continues exactly where an uninterrupted run would be.
 """
@@ -75,13 +75,18 @@ class FitConfig:
     # The schedule of the benchmark's best fits (docs/science.md): 800 + 400 gradient steps
     # find the basin, the polish walks down it (the demo's RFI left in the cleaned data: 0.31
     # of the noise after the gradient phases, 0.22, 0.18 and 0.17 after 500, 1000 and 2000
-    # polish steps, 2026-12-02).
+    # L-BFGS steps, 2026-12-02; 0.111 after 20 Newton steps, 2026-12-03).
     steps: int = option_field(800, "steps in the first phase", min=0)
     second_phase_steps: int | None = option_field(
         None, "further steps at a tenth of the step size; null = half of steps", min=0
     )
+    # Newton's method is the default: on every benchmark scenario rerun it reached the same
+    # fit as L-BFGS or a better one (the demo's gains 0.20 -> 0.05 of their spread, the
+    # rising pass's RFI left 0.151 -> 0.098 of the noise), in about the same time, and without
+    # the histories its step at bench-512 took 46.9 GB on one device against 133.7 GB
+    # (docs/science.md, docs/benchmarks.md, 2026-12-03).
     polish: str = option_field(
-        "lbfgs",
+        "newton",
         "optimiser after the gradient phases: lbfgs, or newton (Newton steps by conjugate "
         "gradients on the loss's Hessian)",
         choices=POLISHES,
