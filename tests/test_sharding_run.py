@@ -143,7 +143,7 @@ def test_lbfgs_polish_on_the_baseline_axis_equals_the_unsharded_run(store, tmp_p
     config = tmp_path / "config.yaml"
     config.write_text(
         CONFIG.replace("steps: 3\n", "steps: 2\n", 1).replace(
-            "polish_steps: 0\n", "polish_steps: 3\n  polish_memory: 2\n", 1
+            "polish_steps: 0\n", "polish: lbfgs\n  polish_steps: 3\n  polish_memory: 2\n", 1
         )
     )
     plain = _run(store, tmp_path / "none", "none", config)
