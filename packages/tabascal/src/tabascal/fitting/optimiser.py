@@ -309,16 +309,21 @@ def newton_cg(cg_steps: int) -> optax.GradientTransformationExtraArgs:
         d = jax.tree.map(lambda a, b: jnp.where(found, a, b), d, minus_g)
         slope = _vdot(grad, d)
 
-        def worse(carry):
-            size, k = carry
-            trial = value_fn(_axpy(size, d, params))
-            return (~(trial <= value + _ARMIJO * size * slope)) & (k < _BACKTRACKS)
+        def trial(size):
+            return value_fn(_axpy(size, d, params))
 
-        size, _ = jax.lax.while_loop(
-            worse, lambda c: (c[0] / 2, c[1] + 1), (jnp.ones((), slope.dtype), jnp.zeros((), int))
-        )
+        def worse(carry):
+            size, k, loss = carry
+            return (~(loss <= value + _ARMIJO * size * slope)) & (k < _BACKTRACKS)
+
+        def halve(carry):
+            size, k, _ = carry
+            return size / 2, k + 1, trial(size / 2)
+
+        full = jnp.ones((), slope.dtype)
+        size, _, loss = jax.lax.while_loop(worse, halve, (full, jnp.zeros((), int), trial(full)))
         # After the last halving, a step that does not lower the loss at all is not taken.
-        size = jnp.where(value_fn(_axpy(size, d, params)) <= value, size, 0.0)
+        size = jnp.where(loss <= value, size, 0.0)
         step = jax.tree.map(lambda x: (size * x).astype(x.dtype), d)
         return step, NewtonState(size.astype(jnp.float32), bent)
 
