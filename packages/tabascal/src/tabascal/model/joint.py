@@ -611,9 +611,9 @@ def _rfi_start_params(obs, config: ModelConfig, frame: Frame, init: str, level: 
     operators' time stencils read it where the satellite rises or sets, and there it continues
     the signal in view; the truth's amplitude there is zero and the data's estimate noise, and
     fitting those cells made the smooth signal ring: at init "truth" a rising LEO's amplitude
-    was 17% off next to its rise, and the noiseless data's misfit 24.2 in reduced chi-squared
-    (15.9 with only the cells out of the stencils' reach left out, 0.0026 with these too;
-    benchmarks/gains_bound.py, leo-rising)."""
+    was 19% off next to its rise, and the noiseless data's misfit 24.2 in reduced chi-squared
+    (17% and 15.9 with only the cells out of the stencils' reach left out, 0.0026 with these
+    too; benchmarks/gains_bound.py, leo-rising)."""
     if not obs.n_sat or init not in ("truth", "fringe"):
         return frame.rfi
     below = ~_above_min_elevation(obs, config)[None, :, None, :]
