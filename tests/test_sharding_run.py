@@ -137,27 +137,33 @@ def test_reuse_plan_off_the_baseline_axis_is_refused(store, tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def _polished_runs_agree(store, tmp_path, polish: str, steps: int, rel: float):
+    """Two gradient steps then the polish ``polish`` (YAML lines of the fit section), fitted
+    unsharded and on the baseline axis with and without the reuse plan: ``steps`` steps in
+    all, the final chi-squared within ``rel`` and the rows as in ``_assert_same_rows``."""
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        CONFIG.replace("steps: 3\n", "steps: 2\n", 1).replace("polish_steps: 0\n", polish, 1)
+    )
+    plain = _run(store, tmp_path / "none", "none", config)
+    assert plain["steps"] == steps and plain["chi2_final"] < plain["chi2_init"]
+    for name, extra in (("baseline", ()), ("reuse", ("--reuse-plan",))):
+        sharded = _run(store, tmp_path / name, "baseline", config, *extra)
+        assert sharded["model"]["n_devices"] == N_DEVICES and sharded["steps"] == steps
+        _print_chi2_apart(name, sharded, plain)
+        assert sharded["chi2_final"] == pytest.approx(plain["chi2_final"], rel=rel)
+        _assert_same_rows(tmp_path, name)
+
+
 def test_lbfgs_polish_on_the_baseline_axis_equals_the_unsharded_run(store, tmp_path):
     """Two gradient steps then three L-BFGS steps, whose line search evaluates the sharded loss
     inside the step, fit on the baseline axis (with the reuse plan) as on one device."""
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        CONFIG.replace("steps: 3\n", "steps: 2\n", 1).replace(
-            "polish_steps: 0\n", "polish: lbfgs\n  polish_steps: 3\n  polish_memory: 2\n", 1
-        )
-    )
-    plain = _run(store, tmp_path / "none", "none", config)
-    assert plain["steps"] == 5 and plain["chi2_final"] < plain["chi2_init"]
-    for name, extra in (("baseline", ()), ("reuse", ("--reuse-plan",))):
-        sharded = _run(store, tmp_path / name, "baseline", config, *extra)
-        assert sharded["model"]["n_devices"] == N_DEVICES and sharded["steps"] == 5
-        _print_chi2_apart(name, sharded, plain)
-        # float64, measured apart: chi2_final 1.4e-10 (baseline), 1.3e-10 (reuse), the same
-        # with the L-BFGS histories replicated or divided (2026-12-03; 2.0e-15 and 8.2e-13
-        # before the sky's bounds from the field: each baseline's one constant sky mode has a
-        # gradient of rounding at the start, which AdaBelief's sign-like first step acts on).
-        assert sharded["chi2_final"] == pytest.approx(plain["chi2_final"], rel=2e-10)
-        _assert_same_rows(tmp_path, name)
+    # float64, measured apart: chi2_final 1.4e-10 (baseline), 1.3e-10 (reuse), the same
+    # with the L-BFGS histories replicated or divided (2026-12-03; 2.0e-15 and 8.2e-13
+    # before the sky's bounds from the field: each baseline's one constant sky mode has a
+    # gradient of rounding at the start, which AdaBelief's sign-like first step acts on).
+    polish = "polish: lbfgs\n  polish_steps: 3\n  polish_memory: 2\n"
+    _polished_runs_agree(store, tmp_path, polish, steps=5, rel=2e-10)
 
 
 @pytest.mark.heavy
@@ -165,19 +171,7 @@ def test_newton_polish_on_the_baseline_axis_equals_the_unsharded_run(store, tmp_
     """Two gradient steps then two Newton steps, whose Hessian-vector products differentiate
     the sharded loss twice and whose line search evaluates it, fit on the baseline axis (with
     the reuse plan) as on one device."""
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        CONFIG.replace("steps: 3\n", "steps: 2\n", 1).replace(
-            "polish_steps: 0\n", "polish: newton\n  polish_steps: 2\n  polish_cg_steps: 8\n", 1
-        )
-    )
-    plain = _run(store, tmp_path / "none", "none", config)
-    assert plain["steps"] == 4 and plain["chi2_final"] < plain["chi2_init"]
-    for name, extra in (("baseline", ()), ("reuse", ("--reuse-plan",))):
-        sharded = _run(store, tmp_path / name, "baseline", config, *extra)
-        assert sharded["model"]["n_devices"] == N_DEVICES and sharded["steps"] == 4
-        _print_chi2_apart(name, sharded, plain)
-        # float64, measured apart: chi2_final 1.7e-10 (baseline), 1.2e-10 (reuse), from the
-        # gradient phase's first step as in the L-BFGS test above (chi2_init 6.7e-16).
-        assert sharded["chi2_final"] == pytest.approx(plain["chi2_final"], rel=5e-10)
-        _assert_same_rows(tmp_path, name)
+    # float64, measured apart: chi2_final 1.7e-10 (baseline), 1.2e-10 (reuse), from the
+    # gradient phase's first step as in the L-BFGS test above (chi2_init 6.7e-16).
+    polish = "polish: newton\n  polish_steps: 2\n  polish_cg_steps: 8\n"
+    _polished_runs_agree(store, tmp_path, polish, steps=4, rel=5e-10)
