@@ -262,6 +262,7 @@ def test_newton_polish_leaves_negative_curvature_down_the_gradient_and_finds_the
     state = optimiser.init_state(jnp.array([0.1, 0.2]), optimizer)
     state, _, _ = step(state, None)
     assert bool(state.opt_state.polish.negative_curvature)
+    assert int(state.opt_state.polish.cg_iterations) == 1  # of 4: none after the bend
     first = np.asarray(state.params)
     assert np.all(first > [0.1, 0.2])  # moved down the gradient, away from the maximum at 0
     for _ in range(7):
@@ -270,3 +271,28 @@ def test_newton_polish_leaves_negative_curvature_down_the_gradient_and_finds_the
     # step (2.9e-2, 1.6e-3, 5.7e-6, 6.9e-11) to 0 from 1/sqrt(2) at the seventh.
     np.testing.assert_allclose(np.asarray(state.params), 2**-0.5, atol=1e-14)
     np.testing.assert_allclose(float(loss(state.params, None)[0]), -0.5, atol=1e-14)
+
+
+@pytest.mark.usefixtures("x64")
+def test_newton_polish_keeps_the_conjugate_gradient_step_taken_before_negative_curvature():
+    """f = (x0^2 - x1^2) / 2 from (1, 0.1): the first conjugate-gradient direction, -g with
+    g = (1, -0.1), has curvature g.H.g = 0.99 > 0, the second -0.042 (by hand), so the solve
+    stops after two of its eight iterations and keeps the first step, d = -(g.g / g.H.g) g =
+    -(1.01 / 0.99) g; the loss falls from 0.495 to -0.020 along it, so the full step is taken."""
+
+    def loss(x, _):
+        value = 0.5 * (x[0] ** 2 - x[1] ** 2)
+        return value, {"chi2": value}
+
+    config = _fit_config(steps=0, polish="newton", polish_steps=1, polish_cg_steps=8)
+    optimizer = optimiser.make_optimizer(config)
+    step = optimiser.make_step(loss, optimizer)
+    start = np.array([1.0, 0.1])
+    state, _, _ = step(optimiser.init_state(jnp.asarray(start), optimizer), None)
+    newton = state.opt_state.polish
+    assert int(newton.cg_iterations) == 2
+    assert bool(newton.negative_curvature)
+    assert float(newton.step_size) == 1.0
+    g = np.array([1.0, -0.1])
+    # Measured 0 (float64): the same two operations as the closed form.
+    np.testing.assert_allclose(np.asarray(state.params), start - (1.01 / 0.99) * g, atol=1e-15)

@@ -229,11 +229,12 @@ def phased(
 
 class NewtonState(NamedTuple):
     """State of ``newton_cg``: the last step's length along its direction (1: the full
-    Newton step; 0: none was taken) and whether its conjugate gradients met negative
-    curvature."""
+    Newton step; 0: none was taken), whether its conjugate gradients met negative
+    curvature, and how many conjugate-gradient iterations it ran."""
 
     step_size: jax.Array  # float32 scalar
     negative_curvature: jax.Array  # bool scalar
+    cg_iterations: jax.Array  # int32 scalar
 
 
 #: Halvings of the Newton step the line search tries before taking no step.
@@ -262,16 +263,17 @@ def newton_cg(cg_steps: int) -> optax.GradientTransformationExtraArgs:
     products: forward over reverse differentiation of ``value_fn``) by ``cg_steps``
     conjugate-gradient iterations from d = 0, stopping where the Hessian shows negative
     curvature along a search direction (the direction so far is kept; at the first iteration,
-    the steepest descent -g). Then it halves the step along d, up to ``_BACKTRACKS`` times,
-    until the loss falls by at least ``_ARMIJO`` of the decrease the gradient predicts, and
-    takes no step if none does. The update needs ``value`` (the loss at ``params``), ``grad``
-    and ``value_fn``, as ``make_step`` passes them; it holds no history of past steps, and
-    its working vectors (four parameter-shaped) live only within the step.
+    the steepest descent -g), and spends no Hessian-vector product after that stop. Then it
+    halves the step along d, up to ``_BACKTRACKS`` times, until the loss falls by at least
+    ``_ARMIJO`` of the decrease the gradient predicts, and takes no step if none does. The
+    update needs ``value`` (the loss at ``params``), ``grad`` and ``value_fn``, as
+    ``make_step`` passes them; it holds no history of past steps, and its working vectors
+    (four parameter-shaped) live only within the step.
     """
 
     def init(params):
         del params
-        return NewtonState(jnp.ones((), jnp.float32), jnp.zeros((), bool))
+        return NewtonState(jnp.ones((), jnp.float32), jnp.zeros((), bool), jnp.zeros((), jnp.int32))
 
     def update(updates, state, params=None, *, value=None, grad=None, value_fn=None, **extra):
         del updates, state, extra
@@ -280,12 +282,15 @@ def newton_cg(cg_steps: int) -> optax.GradientTransformationExtraArgs:
         def hvp(v):
             return jax.jvp(gradient_of, (params,), (v,))[1]
 
-        def iteration(_, carry):
-            d, r, p, rs, stop = carry
+        def going(carry):
+            k, *_, stop = carry
+            return (k < cg_steps) & ~stop
+
+        def iteration(carry):
+            k, d, r, p, rs, _ = carry
             hp = hvp(p)
             curvature = _vdot(p, hp)
             bend = curvature <= 0
-            stop_now = stop | bend
             alpha = rs / jnp.where(bend, 1.0, curvature)
             d_next = _axpy(alpha, p, d)
             r_next = _axpy(-alpha, hp, r)
@@ -293,17 +298,16 @@ def newton_cg(cg_steps: int) -> optax.GradientTransformationExtraArgs:
             beta = rs_next / jnp.where(rs > 0, rs, 1.0)
             p_next = _axpy(beta, p, r_next)
             pick = lambda new, old: jax.tree.map(  # noqa: E731
-                lambda a, b: jnp.where(stop_now, b, a), new, old
+                lambda a, b: jnp.where(bend, b, a), new, old
             )
-            return (pick(d_next, d), pick(r_next, r), pick(p_next, p),
-                    jnp.where(stop_now, rs, rs_next), stop_now)  # fmt: skip
+            return (k + 1, pick(d_next, d), pick(r_next, r), pick(p_next, p),
+                    jnp.where(bend, rs, rs_next), bend)  # fmt: skip
 
         minus_g = jax.tree.map(jnp.negative, grad)
         zeros = jax.tree.map(jnp.zeros_like, grad)
         rs0 = _vdot(minus_g, minus_g)
-        d, _, _, _, bent = jax.lax.fori_loop(
-            0, cg_steps, iteration, (zeros, minus_g, minus_g, rs0, rs0 <= 0)
-        )
+        start = (jnp.zeros((), jnp.int32), zeros, minus_g, minus_g, rs0, rs0 <= 0)
+        iterations, d, _, _, _, bent = jax.lax.while_loop(going, iteration, start)
         # Negative curvature at the first iteration leaves d = 0: go down the gradient.
         found = _vdot(d, d) > 0
         d = jax.tree.map(lambda a, b: jnp.where(found, a, b), d, minus_g)
@@ -325,7 +329,7 @@ def newton_cg(cg_steps: int) -> optax.GradientTransformationExtraArgs:
         # After the last halving, a step that does not lower the loss at all is not taken.
         size = jnp.where(loss <= value, size, 0.0)
         step = jax.tree.map(lambda x: (size * x).astype(x.dtype), d)
-        return step, NewtonState(size.astype(jnp.float32), bent)
+        return step, NewtonState(size.astype(jnp.float32), bent, iterations)
 
     return optax.GradientTransformationExtraArgs(init, update)
 
