@@ -23,8 +23,8 @@ BRIGHTEST_SHOWN = 3
 ORBITS_SHOWN = 8
 
 #: The demo's fit: the defaults' schedule at half their length (400 + 200 gradient steps and
-#: 1000 L-BFGS steps), to finish in about a minute on two cores: the RFI left in the cleaned
-#: data 0.22 of the noise, against 0.17 for the defaults' 800 + 400 + 2000 (2026-12-02).
+#: 10 Newton steps), to finish in about a minute on two cores: the RFI left in the cleaned
+#: data 0.12 of the noise, against 0.11 for the defaults' 800 + 400 + 20 (2026-12-03).
 DEMO_CONFIG = {"fit": {"steps": 400, "learning_rate": 0.1, "checkpoint_every": 0}}
 
 
