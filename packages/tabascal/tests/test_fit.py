@@ -218,8 +218,11 @@ def test_resume_across_the_switch_to_lbfgs_equals_an_uninterrupted_run(tmp_path)
 def test_newton_polish_defaults_to_a_fortieth_of_the_first_phase_and_unknown_ones_are_refused():
     config = optimiser.FitConfig()
     assert config.polish == "newton"  # the default
-    assert (config.steps, config.second_phase_steps, config.polish_steps) == (800, 400, 20)
+    assert (config.steps, config.second_phase_steps, config.polish_steps) == (800, 400, 10)
+    assert config.polish_cg_steps == 400
     assert optimiser.FitConfig(polish="newton", steps=3).polish_steps == 1  # rounded up
+    assert optimiser.FitConfig(polish="newton", steps=200).polish_steps == 5
+    assert optimiser.FitConfig(polish="newton", steps=400).polish_steps == 10  # at most 10
     with pytest.raises(ValueError, match="choose one of"):
         optimiser.FitConfig(polish="bfgs")
 

@@ -46,6 +46,14 @@ POLISHES = ("lbfgs", "newton")
 CHECKPOINT_NAME = "checkpoint.npz"
 
 
+#: The most Newton steps a fit takes when ``fit.polish_steps`` is not set: on the demo, 10
+#: steps of 400 conjugate-gradient iterations after 400 + 200 gradient steps left the gains
+#: 0.02 of their spread and after 800 + 400 0.04, while 5 after 400 + 200 stopped short
+#: (chi-squared 1.026, the RFI left 0.30 of the noise), three of them spent where the Hessian
+#: is not yet positive (2026-12-04).
+NEWTON_STEPS_MAX = 10
+
+
 @dataclass(frozen=True)
 class FitConfig:
     """Static settings of a fit.
@@ -59,7 +67,8 @@ class FitConfig:
       polish: the optimiser after the gradient phases, one of ``POLISHES``: L-BFGS, or
         Newton's method by conjugate gradients (``newton_cg``).
       polish_steps: number of polish steps after those (0 for none; None: ``5 steps // 2``
-        L-BFGS steps, or ``steps / 40`` Newton steps, rounded up).
+        L-BFGS steps, or ``steps / 40`` Newton steps, rounded up, at most
+        ``NEWTON_STEPS_MAX``).
       polish_memory: past steps the L-BFGS direction is built from; its state holds two
         copies of the parameters per step.
       polish_cg_steps: conjugate-gradient iterations (Hessian-vector products) per Newton
@@ -75,13 +84,13 @@ class FitConfig:
     # The schedule of the benchmark's best fits (docs/science.md): 800 + 400 gradient steps
     # find the basin, the polish walks down it (the demo's RFI left in the cleaned data: 0.31
     # of the noise after the gradient phases, 0.22, 0.18 and 0.17 after 500, 1000 and 2000
-    # L-BFGS steps, 2026-12-02; 0.111 after 20 Newton steps, 2026-12-03).
+    # L-BFGS steps, 2026-12-02; 0.113 after 10 Newton steps of 400 iterations, 2026-12-04).
     steps: int = option_field(800, "steps in the first phase", min=0)
     second_phase_steps: int | None = option_field(
         None, "further steps at a tenth of the step size; null = half of steps", min=0
     )
     # Newton's method is the default: on every benchmark scenario rerun it reached the same
-    # fit as L-BFGS or a better one (the demo's gains 0.20 -> 0.05 of their spread, the
+    # fit as L-BFGS or a better one (the demo's gains 0.20 -> 0.04 of their spread, the
     # rising pass's RFI left 0.151 -> 0.098 of the noise), in about the same time, and without
     # the histories its step at bench-512 took 46.9 GB on one device against 133.7 GB
     # (docs/science.md, docs/benchmarks.md, 2026-12-03).
@@ -94,7 +103,7 @@ class FitConfig:
     polish_steps: int | None = option_field(
         None,
         "polish steps after the gradient phases (0 = none); null = 2.5 x steps with lbfgs, "
-        "steps / 40 (rounded up) with newton",
+        "steps / 40 (rounded up, at most 10) with newton",
         min=0,
     )
     polish_memory: int = option_field(
@@ -111,21 +120,31 @@ class FitConfig:
         min=0.0,
     )
     stop_window: int = option_field(50, "steps over which stop_tolerance is measured", min=1)
+    # 400, not 200: the loss's softest directions (the trade between the gains and the RFI)
+    # need the longer solves. On the demo at full length, 10 Newton steps of 400 iterations
+    # left the gains 0.04 of their spread against 0.11 after 20 of 200, in fewer products
+    # (the solves that meet negative curvature stop early); on the hard calibration case, the
+    # long baselines and the RFI near the noise both ended at the same fit (docs/science.md,
+    # 2026-12-04).
     polish_cg_steps: int = option_field(
-        200, "conjugate-gradient iterations per Newton step (polish: newton)", min=1
+        400, "conjugate-gradient iterations per Newton step (polish: newton)", min=1
     )
 
     def __post_init__(self):
         if self.polish not in POLISHES:
             raise ValueError(f"polish {self.polish!r} is not known; choose one of {POLISHES}")
         # The phases left unset follow the first phase's length, so that a shorter (or
-        # longer) fit keeps the schedule's proportions. A Newton step costs about as much as
-        # 40 L-BFGS steps here: the demo's 10 Newton steps of 200 iterations took 55 s, 2000
-        # L-BFGS steps 138 s (2026-12-03).
+        # longer) fit keeps the schedule's proportions, but for the Newton steps, which end
+        # at NEWTON_STEPS_MAX: their number is set by the loss's shape near its optimum (the
+        # first few steps meet negative curvature and backtrack), not by the gradient phases'
+        # length.
         if self.second_phase_steps is None:
             object.__setattr__(self, "second_phase_steps", self.steps // 2)
         if self.polish_steps is None:
-            share = 5 * self.steps // 2 if self.polish == "lbfgs" else -(-self.steps // 40)
+            if self.polish == "lbfgs":
+                share = 5 * self.steps // 2
+            else:
+                share = min(-(-self.steps // 40), NEWTON_STEPS_MAX)
             object.__setattr__(self, "polish_steps", share)
 
     @property
