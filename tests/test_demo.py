@@ -45,7 +45,7 @@ def test_demo_prints_what_its_summary_holds(tmp_path):
     baseline = _number(out, rf"^\s+baseline\s+{devices}\s+\S+\s+(\S+)\s+\S+\s+(\S+)")
     assert int(devices) == 4 and 0 < float(baseline[0]) < 1 and 0 < float(baseline[1]) < 1
     # The science of the shipped demo (docs/usage.md): measured 0.110 of the noise for the RFI
-    # left in the cleaned data (2026-12-04; 0.119 with 10 Newton steps of 200 iterations,
+    # left in the cleaned data (2026-12-04; 0.118 with 10 Newton steps of 200 iterations,
     # 0.175 with the L-BFGS polish, 0.347 before the shared signal, the fringe start and the
     # polish were the defaults) and chi-squared 0.991 (0.938 before the sky's bounds).
     assert summary["truth"]["rfi"]["rmse_over_noise"] < 0.15

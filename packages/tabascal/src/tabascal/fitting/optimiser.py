@@ -93,7 +93,8 @@ class FitConfig:
     # fit as L-BFGS or a better one (the demo's gains 0.20 -> 0.04 of their spread, the
     # rising pass's RFI left 0.151 -> 0.098 of the noise), in about the same time, and without
     # the histories its step at bench-512 took 46.9 GB on one device against 133.7 GB
-    # (docs/science.md, docs/benchmarks.md, 2026-12-03).
+    # (docs/science.md, docs/benchmarks.md, 2026-12-03; the demo's 0.04 with the longer
+    # solves of 2026-12-04).
     polish: str = option_field(
         "newton",
         "optimiser after the gradient phases: lbfgs, or newton (Newton steps by conjugate "
@@ -124,8 +125,8 @@ class FitConfig:
     # need the longer solves. On the demo at full length, 10 Newton steps of 400 iterations
     # left the gains 0.04 of their spread against 0.11 after 20 of 200, in fewer products
     # (the solves that meet negative curvature stop early); on the hard calibration case, the
-    # long baselines and the RFI near the noise both ended at the same fit (docs/science.md,
-    # 2026-12-04).
+    # long baselines and the RFI near the noise ended at the same fit, the LEO passes within
+    # 0.02 of their spread (docs/science.md, 2026-12-04).
     polish_cg_steps: int = option_field(
         400, "conjugate-gradient iterations per Newton step (polish: newton)", min=1
     )
