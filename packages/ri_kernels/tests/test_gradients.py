@@ -17,7 +17,7 @@ import pytest
 from ri_reference import analytic_args, analytic_jnp, quadrature_args, quadrature_jnp
 from seam_autodiff import A1, A2, ARGS, N_ANT, POSITIONS, SCENE, value_jvp_vjp
 
-from ri_kernels import make_indices
+from ri_kernels import analytic_eval_with_indices, make_indices
 
 IDX = make_indices(N_ANT, A1, A2)
 N_DIFFERENTIATED = {"quadrature": 3, "analytic": 3}  # amp, phase, delay_us
@@ -134,3 +134,50 @@ def test_analytic_differentiates_amp_phase_and_delay_only_and_float32_values_are
         fd = (run(shifted[0], tangents)[0] - run(shifted[1], tangents)[0]) / 2
         jvp_amp = run(primals, amp_only)[1]
     _close(jvp_amp, fd, tol)
+
+
+def _coefficient_path(budget):
+    """Whether the analytic operator interpolates each antenna's coefficients once per block
+    (True) or each pair end's (False) at ``budget``, from its block plan."""
+    from ri_kernels._analytic import _block_plan, _bytes_per_pair_cell
+
+    amp = analytic_args(SCENE)[0]
+    n_int_f, n_coef = SCENE.dnu_mhz.size, SCENE.g_time.shape[2]
+    per_pair_cell = _bytes_per_pair_cell(amp, n_int_f, 2 * n_coef - 1, 2, 6, 3)
+    grid = _block_plan(A1.size, *amp.shape[2:], per_pair_cell, budget)[1]
+    return N_ANT <= 2 * grid.rows_per_block
+
+
+@pytest.mark.usefixtures("x64")
+@pytest.mark.parametrize("kept", [False, True], ids=["moments-formed", "moments-kept"])
+@pytest.mark.parametrize("budget", [1 << 28, 1 << 13], ids=["per-antenna", "per-pair-end"])
+def test_analytic_amp_derivatives_by_either_coefficient_path(budget, kept):
+    """Value, JVP and VJP along amp against autodiff of the dense reference, with the
+    coefficients interpolated per antenna (the whole scene in one block) and per pair end
+    (blocks of a few baselines), with the phase moments formed in the pass and kept."""
+    from ri_kernels import analytic_moments_with_indices
+
+    assert _coefficient_path(budget) == (budget == 1 << 28)
+    args = [jnp.asarray(x) for x in analytic_args(SCENE)]
+    moments = analytic_moments_with_indices(IDX, *args[1:]) if kept else None
+    rng = np.random.default_rng(8)
+    tangent = _random_like(args[0], rng)
+    cotangent = rng.normal(size=(A1.size, *args[0].shape[2:])) * (1 + 0.5j)
+
+    def vis_of(amp):
+        return analytic_eval_with_indices(
+            IDX, amp, *args[1:], memory_budget_bytes=budget, moments=moments
+        )
+
+    def reference_of(amp):
+        return analytic_jnp(A1, A2, amp, *args[1:])
+
+    for fn, what in ((vis_of, "operator"), (reference_of, "reference")):
+        vis, jvp_of = jax.linearize(fn, args[0])
+        out = vis, jvp_of(tangent), jax.linear_transpose(jvp_of, args[0])(cotangent)[0]
+        if what == "operator":
+            mine = out
+    for got, want, name in zip(mine, out, ("value", "jvp", "vjp"), strict=True):
+        # Measured 8e-15 (value) to 1.6e-14 (JVP) of the largest, alike on all four (the
+        # reference's 512-node average is exact here to rounding).
+        _close(got, want, 1e-12, name)
