@@ -8,7 +8,8 @@ store; each variant (a set of ``rfi`` config keys) builds the model from it as `
 does (init ``data``), compiles its step, and the variants then take ``--steps`` steps each in
 turn for ``--rounds`` rounds, so that a change of load on a shared machine touches each alike.
 Reported per variant: the RFI groups, the median per-step time, where it goes (the value and
-gradient of each component alone: RFI, sky, gains), whether the analytic group's phase moments
+gradient of each component alone: RFI, sky, gains), one Hessian-vector product of the whole
+loss (the unit of the Newton polish's work), whether the analytic group's phase moments
 were kept (``rfi.phase_cache``) and the RFI visibilities' error against a
 reference of the same parameters (analytic in time with the conservative
 options segments 4, terms 16; Gauss-Legendre in frequency at a 1e-4 tolerance), in float64,
@@ -122,6 +123,28 @@ def _component_seconds(model, repeats: int = 3) -> dict:
     return out
 
 
+def _hvp_seconds(model, repeats: int = 3) -> float:
+    """Median seconds of one Hessian-vector product of the whole loss (forward over reverse,
+    as the Newton polish's conjugate-gradient iterations take it), compiled first."""
+    import statistics
+    import time
+
+    import jax
+
+    from tabascal.model import joint
+
+    inputs = (model.constants, model.data)
+    gradient = jax.grad(lambda p: joint.loss(p, inputs, model.spec)[0])
+    product = jax.jit(lambda p, v: jax.jvp(gradient, (p,), (v,))[1])
+    jax.block_until_ready(product(model.params, model.params))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(product(model.params, model.params))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def main(argv=None) -> list[dict]:
     options = _arguments(argv)
     import jax
@@ -143,6 +166,7 @@ def main(argv=None) -> list[dict]:
     for name in options.variants:
         model, config = _model(obs, VARIANTS[name], "single")
         components = _component_seconds(model)  # before the step donates the parameters
+        hvp = _hvp_seconds(model)
         optimizer = optimiser.make_optimizer(rc.fit_config(config))
         step = optimiser.make_step(lambda p, i, s=model.spec: joint.loss(p, i, s), optimizer)
         inputs = (model.constants, model.data)
@@ -154,14 +178,14 @@ def main(argv=None) -> list[dict]:
         runs[name] = {"step": step, "state": state, "inputs": inputs, "first_seconds": first,
                       "per_step": [], "groups": model.info["rfi_groups"],
                       "phase_cache": model.info["rfi_phase_cache"],
-                      "components": components}  # fmt: skip
+                      "components": components, "hvp": hvp}  # fmt: skip
         print(f"{name}: groups {model.info['rfi_groups']}; compiled and first step {first:.1f} s; "
               f"phase moments {model.info['rfi_phase_cache']['groups']}")  # fmt: skip
     _common.interleaved_rounds(runs, options.rounds, options.steps)
     errors = _rfi_errors(obs, options.variants)
     base = _common.provenance(["benchmarks/leo_step.py", *(argv or sys.argv[1:])])
     print(f"{'variant':>21} {'median s':>9} {'min s':>8} {'max err/noise':>14} {'rms':>9} "
-          f"{'rfi s':>7} {'sky s':>7} {'gains s':>7}")  # fmt: skip
+          f"{'rfi s':>7} {'sky s':>7} {'gains s':>7} {'hvp s':>7}")  # fmt: skip
     records = []
     for name, run in runs.items():
         median = statistics.median(run["per_step"])
@@ -169,7 +193,7 @@ def main(argv=None) -> list[dict]:
         k = run["components"]
         print(f"{name:>21} {median:9.3f} {min(run['per_step']):8.3f} "
               f"{e['max_over_noise']:14.2e} {e['rms_over_noise']:9.2e} "
-              f"{k['rfi']:7.3f} {k['sky']:7.3f} {k['gains']:7.3f}")  # fmt: skip
+              f"{k['rfi']:7.3f} {k['sky']:7.3f} {k['gains']:7.3f} {run['hvp']:7.3f}")  # fmt: skip
         records.append({
             **base, "scenario": options.scenario.name, "variant": name, "rfi": VARIANTS[name],
             "rfi_groups": run["groups"], "phase_cache": run["phase_cache"],
@@ -178,6 +202,7 @@ def main(argv=None) -> list[dict]:
             "step_seconds_per_round": run["per_step"], "first_step_seconds": run["first_seconds"],
             "rfi_error_vs_reference": e, "reference": REFERENCE,
             "component_value_and_grad_seconds": run["components"],
+            "hvp_seconds_median": run["hvp"],
             "load_average": list(os.getloadavg()),
         })  # fmt: skip
     path = _common.write_json(records, options.json, "leo_step")
