@@ -1,0 +1,122 @@
+"""How a scenario's fit proceeds, step by step: the gradient phases' chi-squared, then each
+polish step's.
+
+    python benchmarks/fit_trace.py --scenario leo-shell --steps 400
+    python benchmarks/fit_trace.py --scenario demo --every 50 --polish-limit 3
+
+The scenario (``benchmarks/scenarios/<name>.yaml``) is simulated and fitted as ``tabascal run``
+fits it on one device (the run configuration's defaults, ``--config`` over them, ``--steps``
+first-phase steps), but step by step: the reduced chi-squared every ``--every`` gradient steps
+and at the phase's end, then at every polish step, with the Newton polish's state (the step
+length it took along its direction, whether its conjugate gradients met negative curvature,
+how many iterations they ran). A row's chi-squared is that at the parameters the step starts
+from. ``--polish-limit`` stops after that many polish steps. Prints a table and writes JSON
+under benchmarks/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common
+
+SCENARIOS = Path(__file__).resolve().parent / "scenarios"
+
+
+def _arguments(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", default="leo-shell", help="a name in benchmarks/scenarios")
+    parser.add_argument("--steps", type=int, default=800, help="first-phase steps (fit.steps)")
+    parser.add_argument("--config", type=Path, default=None, help="run configuration YAML")
+    parser.add_argument("--every", type=int, default=100, help="gradient steps between rows")
+    parser.add_argument("--polish-limit", type=int, default=None, help="polish steps at most")
+    parser.add_argument("--json", type=Path, default=None)
+    return parser.parse_args(argv)
+
+
+def _placed(scenario: str, steps: int, config_path: Path | None):
+    """The scenario simulated and its model placed as ``tabascal run`` places it on one
+    device; the fit configuration and the run configuration."""
+    from tabascal.config import load_yaml, merge
+    from tabascal.config import run_config as rc
+    from tabascal.fitting import data_noise, job
+    from tabascal.model import joint
+    from tabascal.parallel import blockwise, routes
+    from tabascal.simulate import simulate, simulation_config
+    from tabascal.store import read_observation
+
+    with tempfile.TemporaryDirectory() as where:
+        store = Path(where) / "obs.zarr"
+        simulate(simulation_config("demo", load_yaml(SCENARIOS / f"{scenario}.yaml")), store)
+        obs = read_observation(store)
+    overrides = load_yaml(config_path) if config_path else {}
+    config = rc.load(merge(overrides, {"fit": {"steps": steps, "checkpoint_every": 0}}))
+    route = routes.route("none", False)
+    source = blockwise.MemoryRows(obs)
+    init = joint.resolve_init(config["fit"]["init"], source.meta, 1, by_block=False)
+    config = {**config, "fit": {**config["fit"], "init": init}}
+    source = data_noise.noise_source(source, config["data"])
+    return route, job._placed_model(route, source, config, False), rc.fit_config(config), config
+
+
+def main(argv=None) -> list[dict]:
+    options = _arguments(argv)
+    import jax
+    import numpy as np
+
+    from tabascal.fitting import optimiser
+
+    jax.config.update("jax_enable_x64", False)
+    route, placed, fit, config = _placed(options.scenario, options.steps, options.config)
+    switch = fit.steps + fit.second_phase_steps
+    total = fit.total_steps
+    if options.polish_limit is not None:
+        total = min(total, switch + options.polish_limit)
+    print(f"{options.scenario}: init {config['fit']['init']}; {fit.steps} + "
+          f"{fit.second_phase_steps} gradient steps, {fit.polish_steps} {fit.polish} "
+          "steps")  # fmt: skip
+    inputs = (placed.constants, placed.data)
+    optimizer = optimiser.make_optimizer(fit)
+    state = optimiser.init_state(placed.params, optimizer)
+    step = optimiser.make_step(partial(route.loss, spec=placed.spec), optimizer)
+    step = step.lower(state, inputs).compile()
+    rows, start = [], time.perf_counter()
+    print(f"{'step':>6} {'phase':>8} {'chi2':>10} {'seconds':>8} {'length':>9} {'bent':>5} "
+          f"{'cg':>4}")  # fmt: skip
+    for n in range(total):
+        state, _, aux = step(state, inputs)
+        polish = n >= switch
+        if not polish and n % options.every and n != switch - 1:
+            continue
+        row = {"step": n, "phase": fit.polish if polish else "gradient",
+               "chi2": float(aux["chi2"]), "seconds": time.perf_counter() - start}  # fmt: skip
+        if polish and isinstance(state.opt_state.polish, optimiser.NewtonState):
+            newton = state.opt_state.polish
+            row.update(step_length=float(newton.step_size),
+                       negative_curvature=bool(newton.negative_curvature),
+                       cg_iterations=int(newton.cg_iterations))  # fmt: skip
+        rows.append(row)
+        print(f"{n:6d} {row['phase']:>8} {row['chi2']:10.4f} {row['seconds']:8.0f} "
+              f"{row.get('step_length', np.nan):9.2e} {row.get('negative_curvature', '')!s:>5} "
+              f"{row.get('cg_iterations', ''):>4}", flush=True)  # fmt: skip
+    final = float(jax.jit(partial(route.loss, spec=placed.spec))(state.params, inputs)[1]["chi2"])
+    print(f"final chi-squared {final:.4f} after {total} steps")
+    record = {**_common.provenance(["benchmarks/fit_trace.py", *(argv or sys.argv[1:])]),
+              "scenario": options.scenario, "init": config["fit"]["init"],
+              "schedule": {"steps": fit.steps, "second_phase_steps": fit.second_phase_steps,
+                           "polish": fit.polish, "polish_steps": fit.polish_steps,
+                           "polish_cg_steps": fit.polish_cg_steps},
+              "steps_taken": total, "chi2_final": final, "rows": rows}  # fmt: skip
+    path = _common.write_json([record], options.json, f"fit_trace_{options.scenario}")
+    print(f"wrote {path}")
+    return [record]
+
+
+if __name__ == "__main__":
+    main()
