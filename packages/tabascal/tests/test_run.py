@@ -206,12 +206,17 @@ def test_guard_paths_refuse_with_what_to_do(tmp_path):
 
 def test_run_and_plan_report_whether_the_phase_moments_are_kept(small_store, tmp_path, capsys):
     """The analytic group's phase moments kept (the default, within the budget) and formed at
-    every step give the same fit, and summary.json and ``tabascal plan`` say which was done."""
+    every step give the same fit, and summary.json and ``tabascal plan`` say which was done.
+
+    In float64: in float32 the sky's gradient at the fringe start is rounding (6.5e-7 against
+    the gains' 14) and AdaBelief's first steps follow its sign, so two sums of the same terms
+    in another order (the moments formed inside the step's fusion or read) part by 0.5% in
+    chi-squared after 3 steps; tests/test_phase_cache.py compares the loss and gradient."""
     summaries = {}
     for cache in ("auto", "never"):
         config = tmp_path / f"{cache}.yaml"
         config.write_text(
-            f"fit:\n  steps: 3\n  second_phase_steps: 0\n  polish_steps: 0\n"
+            f"precision: double\nfit:\n  steps: 3\n  second_phase_steps: 0\n  polish_steps: 0\n"
             f"output:\n  plots: false\n"
             f"rfi:\n  quadrature_limit: 0\n  phase_cache: {cache}\n"
         )
@@ -231,5 +236,5 @@ def test_run_and_plan_report_whether_the_phase_moments_are_kept(small_store, tmp
     assert not formed["groups"][group]["kept"] and formed["kept_mib_per_device"] == 0
     a, b = summaries["auto"]["chi2_final"], summaries["never"]["chi2_final"]
     print(f"chi2_final kept {a!r}, formed {b!r}")
-    # float32, 3 steps: measured equal (the same moments in the same sums).
-    assert a == pytest.approx(b, rel=1e-6)
+    # float64, 3 steps: measured 3.3e-12 apart.
+    assert a == pytest.approx(b, rel=1e-9)

@@ -370,6 +370,7 @@ def _phase_cache_line(report: dict) -> str:
 
 def _plan(args: argparse.Namespace) -> int:
     from tabascal.config import run_config
+    from tabascal.fitting import job
     from tabascal.parallel import routes
     from tabascal.planning import stages
 
@@ -380,14 +381,15 @@ def _plan(args: argparse.Namespace) -> int:
         config = _apply_flags(_load_config(args.config), args)
         axis = run_config.shard_axis(None, config)
         route = routes.route(axis, run_config.reuse_plan(None, config, axis))
-        placed, reports = stages.plan_stages(
-            _source(args.data, config),
-            run_config.model_config(config),
-            run_config.fit_config(config),
-            route,
-            init=config["fit"]["init"],
-            seed=config["fit"]["seed"],
-        )
+        with job.precision_scope(config):
+            placed, reports = stages.plan_stages(
+                _source(args.data, config),
+                run_config.model_config(config),
+                run_config.fit_config(config),
+                route,
+                init=config["fit"]["init"],
+                seed=config["fit"]["seed"],
+            )
     except TabascalError as err:
         print(f"tabascal plan: error: {err}", file=sys.stderr)
         return 2

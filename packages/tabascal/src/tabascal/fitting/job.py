@@ -206,6 +206,13 @@ class _Fitted(NamedTuple):
     chi2_init: float
 
 
+def precision_scope(config: dict):
+    """A context in which the arrays of ``config``'s precision are made: jax's 64-bit mode on
+    for ``precision: double`` (without it every float64 array silently becomes float32), as it
+    is otherwise; scoped, so that the caller's mode is as it was afterwards."""
+    return jax.enable_x64(config["precision"] == "double" or jax.config.jax_enable_x64)
+
+
 def run(
     obs,
     out_dir: Path,
@@ -238,10 +245,7 @@ def run(
     config = {**config, "fit": {**config["fit"], "init": init}}
     by_block = _check_route(route, source, init)
     orbit_corrections.check_route(run_config.model_config(config).orbits, route.name)
-    # Without jax's 64-bit mode every float64 array would silently become float32; the mode is
-    # scoped to this call, so that the caller's precision is as it was afterwards.
-    x64 = jax.enable_x64(config["precision"] == "double" or jax.config.jax_enable_x64)
-    with x64, contextlib.ExitStack() as claimed:
+    with precision_scope(config), contextlib.ExitStack() as claimed:
         out_dir = Path(out_dir)
         with processes.stage("preparing the output folder"):
             if processes.is_writer():
