@@ -96,15 +96,17 @@ def main(argv=None) -> list[dict]:
             continue
         row = {"step": n, "phase": fit.polish if polish else "gradient",
                "chi2": float(aux["chi2"]), "seconds": time.perf_counter() - start}  # fmt: skip
-        if polish and isinstance(state.opt_state.polish, optimiser.NewtonState):
-            newton = state.opt_state.polish
+        newton = state.opt_state.polish if polish else None
+        if isinstance(newton, optimiser.NewtonState | optimiser.TrustRegionState):
             row.update(step_length=float(newton.step_size),
                        negative_curvature=bool(newton.negative_curvature),
                        cg_iterations=int(newton.cg_iterations))  # fmt: skip
+        if isinstance(newton, optimiser.TrustRegionState):
+            row["radius"] = float(newton.radius)  # the next step's
         rows.append(row)
         print(f"{n:6d} {row['phase']:>8} {row['chi2']:10.4f} {row['seconds']:8.0f} "
               f"{row.get('step_length', np.nan):9.2e} {row.get('negative_curvature', '')!s:>5} "
-              f"{row.get('cg_iterations', ''):>4}", flush=True)  # fmt: skip
+              f"{row.get('cg_iterations', ''):>4} {row.get('radius', '')}", flush=True)  # fmt: skip
     final = float(jax.jit(partial(route.loss, spec=placed.spec))(state.params, inputs)[1]["chi2"])
     print(f"final chi-squared {final:.4f} after {total} steps")
     record = {**_common.provenance(["benchmarks/fit_trace.py", *(argv or sys.argv[1:])]),

@@ -83,7 +83,7 @@ def _arguments(argv=None):
     parser.add_argument(
         "--polish",
         default="lbfgs",
-        choices=("lbfgs", "newton"),
+        choices=("lbfgs", "newton", "trust-region"),
         help="fit.polish: the L-BFGS polish (its histories in the state) or Newton's",
     )
     parser.add_argument("--json", type=Path, default=None, help="output path (default results/)")

@@ -299,3 +299,87 @@ def test_newton_polish_keeps_the_conjugate_gradient_step_taken_before_negative_c
     g = np.array([1.0, -0.1])
     # Measured 0 (float64): the same two operations as the closed form.
     np.testing.assert_allclose(np.asarray(state.params), start - (1.01 / 0.99) * g, atol=1e-15)
+
+
+def _saddle(x, _):
+    """(x0^2 - x1^2) / 2: Hessian diag(1, -1)."""
+    value = 0.5 * (x[0] ** 2 - x[1] ** 2)
+    return value, {"chi2": value}
+
+
+def _trust_update(x, radius):
+    """One ``newton_trust_region`` update of ``_saddle`` at ``x`` with trust radius
+    ``radius``: the step and the new state."""
+    polish = optimiser.newton_trust_region(8)
+    state = polish.init(x)._replace(radius=jnp.asarray(radius, jnp.float32))
+    value_fn = lambda p: _saddle(p, None)[0]  # noqa: E731
+    grad = jnp.array([x[0], -x[1]])
+    return polish.update(grad, state, x, value=value_fn(x), grad=grad, value_fn=value_fn)
+
+
+@pytest.mark.usefixtures("x64")
+def test_trust_region_step_stops_at_the_radius_along_the_first_direction():
+    """From (1, 0.1) with radius 0.5: the first conjugate-gradient iterate, -(1.01 / 0.99) g
+    (length 1.025), lies outside, so the step is -g cut to length 0.5. On a quadratic the
+    model is the loss (their ratio 1), so the full step is taken and, at the radius, the
+    radius doubles."""
+    x = jnp.array([1.0, 0.1])
+    step, state = _trust_update(x, 0.5)
+    g = np.array([1.0, -0.1])
+    # Measured 0 (float64): the same operations as the closed form.
+    np.testing.assert_allclose(np.asarray(step), -0.5 * g / np.linalg.norm(g), atol=1e-15)
+    assert int(state.cg_iterations) == 1 and not bool(state.negative_curvature)
+    assert float(state.step_size) == 1.0
+    assert float(state.radius) == 1.0
+
+
+@pytest.mark.usefixtures("x64")
+def test_trust_region_step_follows_negative_curvature_to_the_radius():
+    """From (1, 0.1) with radius 10: the first iterate d1 (inside) is kept and the second
+    direction p1, of negative curvature, followed from it to ||d1 + tau p1|| = 10, where
+    ``newton_cg`` would stop at d1. The reference is the two iterations by hand in numpy."""
+    x = np.array([1.0, 0.1])
+    hessian = np.diag([1.0, -1.0])
+    g = hessian @ x
+    p0 = -g
+    alpha = (g @ g) / (p0 @ hessian @ p0)
+    d1 = alpha * p0
+    r1 = -g - alpha * hessian @ p0
+    p1 = r1 + (r1 @ r1) / (g @ g) * p0
+    assert p1 @ hessian @ p1 < 0  # the second direction bends down
+    taus = np.roots([p1 @ p1, 2 * d1 @ p1, d1 @ d1 - 100.0])
+    expected = d1 + taus.max() * p1
+    step, state = _trust_update(jnp.asarray(x), 10.0)
+    # Measured 1.8e-15 (float64).
+    np.testing.assert_allclose(np.asarray(step), expected, atol=1e-12)
+    assert np.linalg.norm(np.asarray(step)) == pytest.approx(10.0, rel=1e-12)
+    assert int(state.cg_iterations) == 2 and bool(state.negative_curvature)
+    assert float(state.step_size) == 1.0 and float(state.radius) == 20.0
+    assert _saddle(x + np.asarray(step), None)[0] < -40  # from 0.495
+
+
+@pytest.mark.usefixtures("x64")
+def test_trust_region_polish_finds_the_minimum_of_a_nonconvex_loss():
+    """f = sum(x^4 - x^2) from (0.1, 0.2), where the Hessian is negative: the first step
+    (no radius yet) goes down the gradient as ``newton_cg``'s, sets the radius, and the steps
+    after it converge on the minimiser 1 / sqrt(2) in each coordinate, the radius held where
+    the model's predictions fall below the loss's rounding."""
+
+    def loss(x, _):
+        value = jnp.sum(x**4 - x**2)
+        return value, {"chi2": value}
+
+    config = _fit_config(steps=0, polish="trust-region", polish_steps=1, polish_cg_steps=4)
+    optimizer = optimiser.make_optimizer(config)
+    step = optimiser.make_step(loss, optimizer)
+    state = optimiser.init_state(jnp.array([0.1, 0.2]), optimizer)
+    radii = []
+    for _ in range(12):
+        state, _, _ = step(state, None)
+        radii.append(float(state.opt_state.polish.radius))
+    print("radii", radii)
+    # Measured: 0.417 at every step (the first step's length; no step reached it after).
+    assert np.isfinite(radii[0])  # set by the first step
+    assert min(radii) > 0.1
+    np.testing.assert_allclose(np.asarray(state.params), 2**-0.5, atol=1e-14)
+    np.testing.assert_allclose(float(loss(state.params, None)[0]), -0.5, atol=1e-14)

@@ -12,8 +12,10 @@ curvature, walks down its long shallow valleys (the trade between a gain and the
 it multiplies, say) that a first-order step crosses and recrosses. The default polish is
 Newton's method (``fit.polish: newton``, ``newton_cg``): each step solves H d = -g by
 ``polish_cg_steps`` conjugate-gradient iterations on Hessian-vector products of the loss,
-stopping at negative curvature, then backtracks along d; it holds no histories. The other is
-L-BFGS (``fit.polish: lbfgs``, ``optax.lbfgs``: a quasi-Newton direction from the last
+stopping at negative curvature, then backtracks along d; it holds no histories.
+``fit.polish: trust-region`` (``newton_trust_region``) takes the same solves within a trust
+radius, following a direction of negative curvature to the radius. The other is L-BFGS
+(``fit.polish: lbfgs``, ``optax.lbfgs``: a quasi-Newton direction from the last
 ``polish_memory`` steps and a zoom line search on the loss).
 The schedule and the phase live in the optimiser state, so a run resumed from a checkpoint
 continues exactly where an uninterrupted run would be.
@@ -42,7 +44,7 @@ from tabascal.store.writer import kill_point
 logger = logging.getLogger(__name__)
 
 OPTIMIZERS = ("adabelief", "adam", "sgd")
-POLISHES = ("lbfgs", "newton")
+POLISHES = ("lbfgs", "newton", "trust-region")
 CHECKPOINT_NAME = "checkpoint.npz"
 
 
@@ -64,8 +66,9 @@ class FitConfig:
       steps: number of steps in the first phase.
       second_phase_steps: number of further steps at ``learning_rate / 10`` (0 for none;
         None: ``steps // 2``).
-      polish: the optimiser after the gradient phases, one of ``POLISHES``: L-BFGS, or
-        Newton's method by conjugate gradients (``newton_cg``).
+      polish: the optimiser after the gradient phases, one of ``POLISHES``: L-BFGS,
+        Newton's method by conjugate gradients and a line search (``newton_cg``), or in a
+        trust region (``newton_trust_region``).
       polish_steps: number of polish steps after those (0 for none; None: ``5 steps // 2``
         L-BFGS steps, or ``steps / 40`` Newton steps, rounded up, at most
         ``NEWTON_STEPS_MAX``).
@@ -97,14 +100,15 @@ class FitConfig:
     # solves of 2026-12-04).
     polish: str = option_field(
         "newton",
-        "optimiser after the gradient phases: lbfgs, or newton (Newton steps by conjugate "
-        "gradients on the loss's Hessian)",
+        "optimiser after the gradient phases: lbfgs; newton (Newton steps by conjugate "
+        "gradients on the loss's Hessian, then a line search); or trust-region (the same "
+        "steps within a trust radius, following negative curvature to it)",
         choices=POLISHES,
     )
     polish_steps: int | None = option_field(
         None,
         "polish steps after the gradient phases (0 = none); null = 2.5 x steps with lbfgs, "
-        "steps / 40 (rounded up, at most 10) with newton",
+        "steps / 40 (rounded up, at most 10) with newton or trust-region",
         min=0,
     )
     polish_memory: int = option_field(
@@ -187,6 +191,8 @@ def make_optimizer(config: FitConfig) -> optax.GradientTransformation:
     switch = config.steps + config.second_phase_steps
     if config.polish == "newton":
         return phased(first, switch, newton_cg(config.polish_cg_steps))
+    if config.polish == "trust-region":
+        return phased(first, switch, newton_trust_region(config.polish_cg_steps))
     return then_lbfgs(first, switch, config.polish_memory)
 
 
@@ -331,25 +337,159 @@ def newton_cg(cg_steps: int) -> optax.GradientTransformationExtraArgs:
         # Negative curvature at the first iteration leaves d = 0: go down the gradient.
         found = _vdot(d, d) > 0
         d = jax.tree.map(lambda a, b: jnp.where(found, a, b), d, minus_g)
-        slope = _vdot(grad, d)
-
-        def trial(size):
-            return value_fn(_axpy(size, d, params))
-
-        def worse(carry):
-            size, k, loss = carry
-            return (~(loss <= value + _ARMIJO * size * slope)) & (k < _BACKTRACKS)
-
-        def halve(carry):
-            size, k, _ = carry
-            return size / 2, k + 1, trial(size / 2)
-
-        full = jnp.ones((), slope.dtype)
-        size, _, loss = jax.lax.while_loop(worse, halve, (full, jnp.zeros((), int), trial(full)))
-        # After the last halving, a step that does not lower the loss at all is not taken.
-        size = jnp.where(loss <= value, size, 0.0)
+        size = _backtrack(value_fn, params, value, _vdot(grad, d), d)
         step = jax.tree.map(lambda x: (size * x).astype(x.dtype), d)
         return step, NewtonState(size.astype(jnp.float32), bent, iterations)
+
+    return optax.GradientTransformationExtraArgs(init, update)
+
+
+def _backtrack(value_fn, params, value, slope, d, first_loss=None):
+    """The step size along ``d`` from ``params`` (loss ``value``, slope ``slope`` = g.d): 1,
+    halved up to ``_BACKTRACKS`` times until the loss falls by ``_ARMIJO`` of what the slope
+    predicts, or 0 where even the last does not lower the loss. ``first_loss``: the loss at
+    the full step, where already known."""
+
+    def trial(size):
+        return value_fn(_axpy(size, d, params))
+
+    def worse(carry):
+        size, k, loss = carry
+        return (~(loss <= value + _ARMIJO * size * slope)) & (k < _BACKTRACKS)
+
+    def halve(carry):
+        size, k, _ = carry
+        return size / 2, k + 1, trial(size / 2)
+
+    full = jnp.ones((), slope.dtype)
+    loss = trial(full) if first_loss is None else first_loss
+    size, _, loss = jax.lax.while_loop(worse, halve, (full, jnp.zeros((), int), loss))
+    # After the last halving, a step that does not lower the loss at all is not taken.
+    return jnp.where(loss <= value, size, 0.0)
+
+
+class TrustRegionState(NamedTuple):
+    """State of ``newton_trust_region``: ``NewtonState``'s figures of the last step, and the
+    trust radius the next step's solve stays within (inf: none yet)."""
+
+    step_size: jax.Array  # float32 scalar
+    negative_curvature: jax.Array  # bool scalar
+    cg_iterations: jax.Array  # int32 scalar
+    radius: jax.Array  # float32 scalar
+
+
+#: The trust radius shrinks to a quarter of the step where the loss fell by less than this
+#: fraction of the quadratic model's prediction, and doubles where it fell by more than
+#: ``_RATIO_GOOD`` of it on a step to the boundary (Nocedal & Wright 2006, algorithm 4.1).
+_RATIO_POOR, _RATIO_GOOD = 0.25, 0.75
+
+
+def _to_boundary(d, p, radius):
+    """tau >= 0 with ||d + tau p|| = radius (||d|| <= radius): the positive root of
+    p.p tau^2 + 2 d.p tau + d.d - radius^2."""
+    pp, dp, dd = _vdot(p, p), _vdot(d, p), _vdot(d, d)
+    disc = jnp.maximum(dp * dp + pp * (radius * radius - dd), 0.0)
+    return (jnp.sqrt(disc) - dp) / jnp.where(pp > 0, pp, 1.0)
+
+
+def newton_trust_region(cg_steps: int) -> optax.GradientTransformationExtraArgs:
+    """Newton's method in a trust region, the steps by Steihaug's truncated conjugate
+    gradients (Nocedal & Wright 2006, algorithms 7.2 and 4.1).
+
+    As ``newton_cg``, each update solves H d = -g by up to ``cg_steps`` conjugate-gradient
+    iterations on Hessian-vector products, but within a trust radius: where an iterate would
+    leave it, or a search direction shows negative curvature, the solve goes along that
+    direction to the radius and stops, instead of keeping the iterate before it (far from the
+    optimum, where the Hessian is indefinite, that direction is where the loss falls fastest).
+    The loss at the step is compared with the decrease the quadratic model predicted: where
+    it fell by less than a quarter of it the radius shrinks to a quarter of the step, where
+    by more than three quarters on a step to the radius the radius doubles. A step that
+    lowers the loss by less than ``_ARMIJO`` of the prediction is halved as ``newton_cg``'s
+    (no Hessian-vector product is spent again) and the radius set to what was taken. The
+    first step has no radius, and is ``newton_cg``'s; its length sets the first radius.
+    """
+
+    def init(params):
+        del params
+        return TrustRegionState(
+            jnp.ones((), jnp.float32), jnp.zeros((), bool), jnp.zeros((), jnp.int32),
+            jnp.full((), jnp.inf, jnp.float32),
+        )  # fmt: skip
+
+    def update(updates, state, params=None, *, value=None, grad=None, value_fn=None, **extra):
+        del updates, extra
+        gradient_of = jax.grad(value_fn)
+        real = jax.tree.leaves(grad)[0].dtype
+        radius = state.radius.astype(real)
+        bounded = jnp.isfinite(radius)
+
+        def hvp(v):
+            return jax.jvp(gradient_of, (params,), (v,))[1]
+
+        def going(carry):
+            k, *_, stop, _ = carry
+            return (k < cg_steps) & ~stop
+
+        def iteration(carry):
+            # d: the step so far, r = -(g + H d), p: the search direction, model = g.d +
+            # d.H.d / 2, the quadratic model's change at d.
+            k, d, r, p, rs, model, _, _ = carry
+            hp = hvp(p)
+            curvature = _vdot(p, hp)
+            bend = curvature <= 0
+            rp = _vdot(r, p)
+            alpha = rs / jnp.where(bend, 1.0, curvature)
+            d_next = _axpy(alpha, p, d)
+            out = bounded & (_vdot(d_next, d_next) >= radius * radius)
+            # To the radius along p; without one, a bend keeps d (or, at d = 0, takes p = -g).
+            tau = jnp.where(bounded, _to_boundary(d, p, radius), jnp.where(k == 0, 1.0, 0.0))
+            stop = bend | out
+            step = jnp.where(stop, tau, alpha)
+            d_next = _axpy(step, p, d)
+            model_next = model - step * rp + 0.5 * step * step * curvature
+            r_next = _axpy(-alpha, hp, r)
+            rs_next = _vdot(r_next, r_next)
+            beta = rs_next / jnp.where(rs > 0, rs, 1.0)
+            p_next = _axpy(beta, p, r_next)
+            return (k + 1, d_next, r_next, p_next, rs_next, model_next, stop, bend)
+
+        minus_g = jax.tree.map(jnp.negative, grad)
+        zeros = jax.tree.map(jnp.zeros_like, grad)
+        rs0 = _vdot(minus_g, minus_g)
+        no = jnp.zeros((), bool)
+        start = (jnp.zeros((), jnp.int32), zeros, minus_g, minus_g, rs0,
+                 jnp.zeros((), real), rs0 <= 0, no)  # fmt: skip
+        iterations, d, _, _, _, model, _, bent = jax.lax.while_loop(going, iteration, start)
+        length = jnp.sqrt(_vdot(d, d))
+        loss = value_fn(_axpy(1.0, d, params))
+        predicted = -model  # > 0 for any step the solve returns but d = 0
+        ratio = (value - loss) / jnp.where(predicted > 0, predicted, 1.0)
+        # Where the model predicts less than the loss's rounding the ratio is rounding too:
+        # a step that does not raise the loss counts as a good one (so that the radius does
+        # not collapse at the optimum), one that does as a failed one.
+        resolved = predicted > 64 * jnp.finfo(real).eps * jnp.abs(value)
+        ratio = jnp.where(resolved, ratio, jnp.where(loss <= value, 1.0, 0.0))
+        taken = (ratio >= _ARMIJO) & (predicted > 0)
+        size = jnp.where(taken, 1.0, _backtrack(value_fn, params, value, _vdot(grad, d), d, loss))
+        at_radius = bounded & (length >= 0.99 * radius)
+        radius_next = jnp.where(
+            ~taken,
+            size * length,
+            jnp.where(
+                ratio < _RATIO_POOR,
+                0.25 * length,
+                jnp.where((ratio > _RATIO_GOOD) & at_radius, 2 * radius, radius),
+            ),
+        )
+        # The first step (no radius yet) sets it; a radius of 0 (no step) would end the
+        # polish, so it falls back to the step the gradient alone would take.
+        radius_next = jnp.where(bounded | ~taken, radius_next, length)
+        radius_next = jnp.where(radius_next > 0, radius_next, jnp.sqrt(rs0))
+        step = jax.tree.map(lambda x: (size * x).astype(x.dtype), d)
+        new = TrustRegionState(
+            size.astype(jnp.float32), bent, iterations, radius_next.astype(jnp.float32)
+        )
+        return step, new
 
     return optax.GradientTransformationExtraArgs(init, update)
 
