@@ -249,16 +249,26 @@ def test_one_newton_step_reaches_the_minimum_of_an_ill_conditioned_valley():
     assert not bool(state.opt_state.polish.negative_curvature)
 
 
+def _quartic(x, _):
+    """sum(x^4 - x^2): minimised at 1 / sqrt(2) in each coordinate, negative curvature
+    within |x| < 1 / sqrt(6)."""
+    value = jnp.sum(x**4 - x**2)
+    return value, {"chi2": value}
+
+
+def _saddle(x, _):
+    """(x0^2 - x1^2) / 2: Hessian diag(1, -1)."""
+    value = 0.5 * (x[0] ** 2 - x[1] ** 2)
+    return value, {"chi2": value}
+
+
 @pytest.mark.usefixtures("x64")
 def test_newton_polish_leaves_negative_curvature_down_the_gradient_and_finds_the_minimum():
     """f = sum(x^4 - x^2) from x = 0.1, where the Hessian (12 x^2 - 2) is negative: the first
     conjugate-gradient iteration meets negative curvature, the step goes down the gradient,
     and the Newton steps after it converge on the minimiser 1 / sqrt(2) in each coordinate."""
 
-    def loss(x, _):
-        value = jnp.sum(x**4 - x**2)
-        return value, {"chi2": value}
-
+    loss = _quartic
     config = _fit_config(steps=0, polish="newton", polish_steps=1, polish_cg_steps=4)
     optimizer = optimiser.make_optimizer(config)
     step = optimiser.make_step(loss, optimizer)
@@ -283,10 +293,7 @@ def test_newton_polish_keeps_the_conjugate_gradient_step_taken_before_negative_c
     stops after two of its eight iterations and keeps the first step, d = -(g.g / g.H.g) g =
     -(1.01 / 0.99) g; the loss falls from 0.495 to -0.020 along it, so the full step is taken."""
 
-    def loss(x, _):
-        value = 0.5 * (x[0] ** 2 - x[1] ** 2)
-        return value, {"chi2": value}
-
+    loss = _saddle
     config = _fit_config(steps=0, polish="newton", polish_steps=1, polish_cg_steps=8)
     optimizer = optimiser.make_optimizer(config)
     step = optimiser.make_step(loss, optimizer)
@@ -299,12 +306,6 @@ def test_newton_polish_keeps_the_conjugate_gradient_step_taken_before_negative_c
     g = np.array([1.0, -0.1])
     # Measured 0 (float64): the same two operations as the closed form.
     np.testing.assert_allclose(np.asarray(state.params), start - (1.01 / 0.99) * g, atol=1e-15)
-
-
-def _saddle(x, _):
-    """(x0^2 - x1^2) / 2: Hessian diag(1, -1)."""
-    value = 0.5 * (x[0] ** 2 - x[1] ** 2)
-    return value, {"chi2": value}
 
 
 def _trust_update(x, radius):
@@ -365,10 +366,7 @@ def test_trust_region_polish_finds_the_minimum_of_a_nonconvex_loss():
     after it converge on the minimiser 1 / sqrt(2) in each coordinate, the radius held where
     the model's predictions fall below the loss's rounding."""
 
-    def loss(x, _):
-        value = jnp.sum(x**4 - x**2)
-        return value, {"chi2": value}
-
+    loss = _quartic
     config = _fit_config(steps=0, polish="trust-region", polish_steps=1, polish_cg_steps=4)
     optimizer = optimiser.make_optimizer(config)
     step = optimiser.make_step(loss, optimizer)

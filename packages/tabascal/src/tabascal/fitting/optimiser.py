@@ -470,7 +470,13 @@ def newton_trust_region(cg_steps: int) -> optax.GradientTransformationExtraArgs:
         resolved = predicted > 64 * jnp.finfo(real).eps * jnp.abs(value)
         ratio = jnp.where(resolved, ratio, jnp.where(loss <= value, 1.0, 0.0))
         taken = (ratio >= _ARMIJO) & (predicted > 0)
-        size = jnp.where(taken, 1.0, _backtrack(value_fn, params, value, _vdot(grad, d), d, loss))
+        # Only a step the ratio refuses is backtracked: jnp.where would run the halvings (loss
+        # evaluations) for every step.
+        size = jax.lax.cond(
+            taken,
+            lambda: jnp.ones((), real),
+            lambda: _backtrack(value_fn, params, value, _vdot(grad, d), d, loss).astype(real),
+        )
         at_radius = bounded & (length >= 0.99 * radius)
         radius_next = jnp.where(
             ~taken,
