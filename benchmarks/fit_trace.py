@@ -9,9 +9,12 @@ fits it on one device (the run configuration's defaults, ``--config`` over them,
 first-phase steps), but step by step: the reduced chi-squared every ``--every`` gradient steps
 and at the phase's end, then at every polish step, with the Newton polish's state (the step
 length it took along its direction, whether its conjugate gradients met negative curvature,
-how many iterations they ran). A row's chi-squared is that at the parameters the step starts
-from. ``--polish-limit`` stops after that many polish steps. Prints a table and writes JSON
-under benchmarks/results/.
+how many iterations they ran), and at every row the fit against the simulation's truth, as
+``tabascal run``'s summary scores it: the RFI left in the cleaned data and the apparent sky's
+error over the noise, the gains' error over their spread. A row's chi-squared is that at the
+parameters its step starts from, its scores those after the step; its seconds leave the
+scoring out. ``--polish-limit`` stops after that many polish steps. Prints a
+table and writes JSON under benchmarks/results/.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ def _arguments(argv=None):
 
 def _placed(scenario: str, steps: int, config_path: Path | None):
     """The scenario simulated and its model placed as ``tabascal run`` places it on one
-    device; the fit configuration and the run configuration."""
+    device; the fit configuration, the run configuration and the noise-scaled source (its
+    truth read by the scores)."""
     from tabascal.config import load_yaml, merge
     from tabascal.config import run_config as rc
     from tabascal.fitting import data_noise, job
@@ -62,7 +66,8 @@ def _placed(scenario: str, steps: int, config_path: Path | None):
     init = joint.resolve_init(config["fit"]["init"], source.meta, 1, by_block=False)
     config = {**config, "fit": {**config["fit"], "init": init}}
     source = data_noise.noise_source(source, config["data"])
-    return route, job._placed_model(route, source, config, False), rc.fit_config(config), config
+    placed = job._placed_model(route, source, config, False)
+    return route, placed, rc.fit_config(config), config, source
 
 
 def main(argv=None) -> list[dict]:
@@ -70,10 +75,20 @@ def main(argv=None) -> list[dict]:
     import jax
     import numpy as np
 
-    from tabascal.fitting import optimiser
+    from tabascal.fitting import job, optimiser, results
 
     jax.config.update("jax_enable_x64", False)
-    route, placed, fit, config = _placed(options.scenario, options.steps, options.config)
+    route, placed, fit, config, source = _placed(options.scenario, options.steps, options.config)
+
+    def scores(params) -> dict:
+        out = job._predicted(route, placed, params)
+        truth = results.truth_metrics(
+            out.fitted_blocks, out.gains, source.read_truth, source.meta, out.noise_mean
+        )
+        return {"rfi_over_noise": truth["rfi"]["rmse_over_noise"],
+                "sky_over_noise": truth["apparent_sky"]["rmse_over_noise"],
+                "gains_over_spread": truth["gains"]["over_spread"] or np.nan}  # fmt: skip
+
     switch = fit.steps + fit.second_phase_steps
     total = fit.total_steps
     if options.polish_limit is not None:
@@ -86,16 +101,17 @@ def main(argv=None) -> list[dict]:
     state = optimiser.init_state(placed.params, optimizer)
     step = optimiser.make_step(partial(route.loss, spec=placed.spec), optimizer)
     step = step.lower(state, inputs).compile()
-    rows, start = [], time.perf_counter()
-    print(f"{'step':>6} {'phase':>8} {'chi2':>10} {'seconds':>8} {'length':>9} {'bent':>5} "
-          f"{'cg':>4}")  # fmt: skip
+    rows, start, scoring = [], time.perf_counter(), 0.0
+    print(f"{'step':>6} {'phase':>8} {'chi2':>10} {'rfi':>6} {'sky':>6} {'gains':>6} "
+          f"{'seconds':>8} {'length':>9} {'bent':>5} {'cg':>4} radius")  # fmt: skip
     for n in range(total):
         state, _, aux = step(state, inputs)
         polish = n >= switch
         if not polish and n % options.every and n != switch - 1:
             continue
         row = {"step": n, "phase": fit.polish if polish else "gradient",
-               "chi2": float(aux["chi2"]), "seconds": time.perf_counter() - start}  # fmt: skip
+               "chi2": float(aux["chi2"]),
+               "seconds": time.perf_counter() - start - scoring}  # fmt: skip
         newton = state.opt_state.polish if polish else None
         if isinstance(newton, optimiser.NewtonState | optimiser.TrustRegionState):
             row.update(step_length=float(newton.step_size),
@@ -103,8 +119,12 @@ def main(argv=None) -> list[dict]:
                        cg_iterations=int(newton.cg_iterations))  # fmt: skip
         if isinstance(newton, optimiser.TrustRegionState):
             row["radius"] = float(newton.radius)  # the next step's
+        scored = time.perf_counter()
+        row.update(scores(state.params))
+        scoring += time.perf_counter() - scored
         rows.append(row)
-        print(f"{n:6d} {row['phase']:>8} {row['chi2']:10.4f} {row['seconds']:8.0f} "
+        print(f"{n:6d} {row['phase']:>8} {row['chi2']:10.4f} {row['rfi_over_noise']:6.3f} "
+              f"{row['sky_over_noise']:6.3f} {row['gains_over_spread']:6.2f} {row['seconds']:8.0f} "
               f"{row.get('step_length', np.nan):9.2e} {row.get('negative_curvature', '')!s:>5} "
               f"{row.get('cg_iterations', ''):>4} {row.get('radius', '')}", flush=True)  # fmt: skip
     final = float(jax.jit(partial(route.loss, spec=placed.spec))(state.params, inputs)[1]["chi2"])
