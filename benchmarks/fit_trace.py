@@ -9,7 +9,8 @@ fits it on one device (the run configuration's defaults, ``--config`` over them,
 first-phase steps), but step by step: the reduced chi-squared every ``--every`` gradient steps
 and at the phase's end, then at every polish step, with the Newton polish's state (the step
 length it took along its direction, whether its conjugate gradients met negative curvature,
-how many iterations they ran), and at every row the fit against the simulation's truth, as
+how many iterations they ran), the loss (the negative log posterior over the data's
+``n_points``, recorded with them), and at every row the fit against the simulation's truth, as
 ``tabascal run``'s summary scores it: the RFI left in the cleaned data and the apparent sky's
 error over the noise, the gains' error over their spread. A row's chi-squared is that at the
 parameters its step starts from, its scores those after the step; its seconds leave the
@@ -105,12 +106,12 @@ def main(argv=None) -> list[dict]:
     print(f"{'step':>6} {'phase':>8} {'chi2':>10} {'rfi':>6} {'sky':>6} {'gains':>6} "
           f"{'seconds':>8} {'length':>9} {'bent':>5} {'cg':>4} radius")  # fmt: skip
     for n in range(total):
-        state, _, aux = step(state, inputs)
+        state, loss, aux = step(state, inputs)
         polish = n >= switch
         if not polish and n % options.every and n != switch - 1:
             continue
         row = {"step": n, "phase": fit.polish if polish else "gradient",
-               "chi2": float(aux["chi2"]),
+               "chi2": float(aux["chi2"]), "loss": float(loss),
                "seconds": time.perf_counter() - start - scoring}  # fmt: skip
         newton = state.opt_state.polish if polish else None
         if isinstance(newton, optimiser.NewtonState | optimiser.TrustRegionState):
@@ -134,7 +135,8 @@ def main(argv=None) -> list[dict]:
               "schedule": {"steps": fit.steps, "second_phase_steps": fit.second_phase_steps,
                            "polish": fit.polish, "polish_steps": fit.polish_steps,
                            "polish_cg_steps": fit.polish_cg_steps},
-              "steps_taken": total, "chi2_final": final, "rows": rows}  # fmt: skip
+              "steps_taken": total, "chi2_final": final,
+              "n_points": int(placed.data.n_points), "rows": rows}  # fmt: skip
     path = _common.write_json([record], options.json, f"fit_trace_{options.scenario}")
     print(f"wrote {path}")
     return [record]
