@@ -216,8 +216,7 @@ def test_resume_across_the_switch_to_lbfgs_equals_an_uninterrupted_run(tmp_path)
 
 
 def test_newton_polish_defaults_to_a_fortieth_of_the_first_phase_and_unknown_ones_are_refused():
-    config = optimiser.FitConfig()
-    assert config.polish == "newton"  # the default
+    config = optimiser.FitConfig(polish="newton")
     assert (config.steps, config.second_phase_steps, config.polish_steps) == (800, 400, 10)
     assert config.polish_cg_steps == 400
     assert optimiser.FitConfig(polish="newton", steps=3).polish_steps == 1  # rounded up
@@ -225,6 +224,15 @@ def test_newton_polish_defaults_to_a_fortieth_of_the_first_phase_and_unknown_one
     assert optimiser.FitConfig(polish="newton", steps=400).polish_steps == 10  # at most 10
     with pytest.raises(ValueError, match="choose one of"):
         optimiser.FitConfig(polish="bfgs")
+
+
+def test_trust_region_polish_is_the_default_at_a_quarter_of_the_first_phase_at_most_100():
+    config = optimiser.FitConfig()
+    assert config.polish == "trust-region" and config.polish_tolerance == 0.1
+    assert (config.steps, config.second_phase_steps, config.polish_steps) == (800, 400, 100)
+    assert optimiser.FitConfig(steps=3).polish_steps == 1  # rounded up
+    assert optimiser.FitConfig(steps=200).polish_steps == 50
+    assert optimiser.FitConfig(steps=401).polish_steps == 100  # at most 100
 
 
 @pytest.mark.usefixtures("x64")
@@ -381,3 +389,49 @@ def test_trust_region_polish_finds_the_minimum_of_a_nonconvex_loss():
     assert min(radii) > 0.1
     np.testing.assert_allclose(np.asarray(state.params), 2**-0.5, atol=1e-14)
     np.testing.assert_allclose(float(loss(state.params, None)[0]), -0.5, atol=1e-14)
+
+
+@pytest.mark.usefixtures("x64")
+@pytest.mark.parametrize("polish", ["newton", "trust-region"])
+def test_newton_polishes_stop_once_two_steps_lower_the_posterior_by_less_than_the_tolerance(
+    polish,
+):
+    """f = x^4 / 4 from x = 1: a Newton step takes x to 2x / 3 (f' / f'' = x / 3; conjugate
+    gradients solve the one-dimensional system exactly, the step inside the trust radius that
+    the first, longer step set), so the loss step n starts from is (2/3)^(4n) / 4, and the
+    polish stops at the first step after which two steps' outcomes are known to have lowered
+    it by less than polish_tolerance nats together: found here from the closed form, with the
+    loss in nats (n_points 1) and per point (n_points 1000, tolerance the same in nats)."""
+
+    def loss(x, _):
+        return 0.25 * x**4 / scale, {"chi2": x**2}
+
+    closed = 0.25 * (2 / 3) ** (4 * np.arange(200))
+    first = next(n for n in range(3, 200) if closed[n - 3] - closed[n - 1] < 1e-6)
+    for scale in (1.0, 1000.0):
+        config = _fit_config(
+            steps=0, polish=polish, polish_steps=200, polish_cg_steps=4, polish_tolerance=1e-6
+        )
+        optimizer = optimiser.make_optimizer(config)
+        state, history = optimiser.run(
+            optimiser.make_step(loss, optimizer),
+            optimiser.init_state(jnp.array(1.0), optimizer),
+            None,
+            config,
+            progress=False,
+            n_points=scale,
+        )
+        assert len(history.loss) == int(state.step) == first < 200  # 11 steps
+        np.testing.assert_allclose(history.loss * scale, closed[:first], rtol=1e-12)
+    never = _fit_config(
+        steps=0, polish=polish, polish_steps=30, polish_cg_steps=4, polish_tolerance=0.0
+    )
+    optimizer = optimiser.make_optimizer(never)
+    _, history = optimiser.run(
+        optimiser.make_step(loss, optimizer),
+        optimiser.init_state(jnp.array(1.0), optimizer),
+        None,
+        never,
+        progress=False,
+    )
+    assert len(history.loss) == 30

@@ -22,11 +22,19 @@ _DEVICE_FLAG = "--xla_force_host_platform_device_count"
 BRIGHTEST_SHOWN = 3
 ORBITS_SHOWN = 8
 
-#: The demo's fit: the defaults' gradient phases at half their length (400 + 200 steps) and
-#: their 10 Newton steps, to finish in about a minute on two cores: the RFI left in the
-#: cleaned data 0.110 of the noise and the gains 0.02 of their spread, against 0.113 and
-#: 0.04 for the defaults' 800 + 400 + 10 (2026-12-04).
-DEMO_CONFIG = {"fit": {"steps": 400, "learning_rate": 0.1, "checkpoint_every": 0}}
+#: How the demo's banner names each ``fit.polish``.
+POLISH_NAMES = {"lbfgs": "L-BFGS", "newton": "Newton", "trust-region": "trust-region Newton"}
+
+#: The demo's fit: the defaults' gradient phases at half their length (400 + 200 steps), then
+#: 10 Newton steps by line search (``fit.polish: newton``) in place of the default trust
+#: region, to finish in about a minute on two cores: the demo's two GNSS satellites leave the
+#: gradient phases near the optimum, where both polishes reach the same fit and the line
+#: search's full steps get there in a sixth of the trust region's steps (the RFI left in the
+#: cleaned data 0.113 and 0.112 of the noise, the gains 0.04 of their spread in both, after
+#: 800 + 400 then 10 Newton steps or 60 in the trust region, 2026-12-04; docs/science.md).
+DEMO_CONFIG = {
+    "fit": {"steps": 400, "learning_rate": 0.1, "checkpoint_every": 0, "polish": "newton"}
+}
 
 
 def use_devices(n: int) -> str | None:
@@ -459,7 +467,7 @@ def _demo(args: argparse.Namespace) -> int:
     fit = run_config.fit_config(config)
     print(
         f"tabascal demo: fitting ({fit.steps} + {fit.second_phase_steps} gradient steps, "
-        f"{fit.polish_steps} {'L-BFGS' if fit.polish == 'lbfgs' else 'Newton'} steps) into "
+        f"at most {fit.polish_steps} {POLISH_NAMES[fit.polish]} steps) into "
         f"{out_dir}"
     )
     summary = job.run(obs, out_dir, config, overwrite=True, progress=not args.quiet)

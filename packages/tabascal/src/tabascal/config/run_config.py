@@ -102,6 +102,7 @@ SCHEMA = Section(
                     "polish_steps",
                     "polish_memory",
                     "polish_cg_steps",
+                    "polish_tolerance",
                     "checkpoint_every",
                     "stop_tolerance",
                     "stop_window",

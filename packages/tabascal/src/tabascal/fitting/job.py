@@ -327,6 +327,7 @@ def _optimise(route: routes.Route, placed, config: dict, out_dir: Path, resume, 
         history=history,
         checkpoint_dir=out_dir / CHECKPOINTS,
         progress=progress,
+        n_points=float(placed.data.n_points),
     )
     seconds = time.perf_counter() - start
     # The peak as the optimisation ends, before the prediction and the outputs add their own.

@@ -10,12 +10,13 @@ tenth of it, then ``polish_steps`` of the polish. The gradient phases find the b
 optimum their fixed step size makes them circle it, while the polish, built from the loss's
 curvature, walks down its long shallow valleys (the trade between a gain and the RFI amplitude
 it multiplies, say) that a first-order step crosses and recrosses. The default polish is
-Newton's method (``fit.polish: newton``, ``newton_cg``): each step solves H d = -g by
-``polish_cg_steps`` conjugate-gradient iterations on Hessian-vector products of the loss,
-stopping at negative curvature, then backtracks along d; it holds no histories.
-``fit.polish: trust-region`` (``newton_trust_region``) takes the same solves within a trust
-radius, following a direction of negative curvature to the radius. The other is L-BFGS
-(``fit.polish: lbfgs``, ``optax.lbfgs``: a quasi-Newton direction from the last
+Newton's method in a trust region (``fit.polish: trust-region``, ``newton_trust_region``):
+each step solves H d = -g by up to ``polish_cg_steps`` conjugate-gradient iterations on
+Hessian-vector products of the loss within a trust radius, following a direction of negative
+curvature to the radius. ``fit.polish: newton`` (``newton_cg``) takes the same solves without
+a radius, stopping at negative curvature, then backtracks along d. Neither holds histories;
+both end once their steps no longer lower the loss (``polish_tolerance``). The third is
+L-BFGS (``fit.polish: lbfgs``, ``optax.lbfgs``: a quasi-Newton direction from the last
 ``polish_memory`` steps and a zoom line search on the loss).
 The schedule and the phase live in the optimiser state, so a run resumed from a checkpoint
 continues exactly where an uninterrupted run would be.
@@ -55,6 +56,14 @@ CHECKPOINT_NAME = "checkpoint.npz"
 #: is not yet positive (2026-12-04).
 NEWTON_STEPS_MAX = 10
 
+#: The most trust-region steps a fit takes when ``fit.polish_steps`` is not set (a quarter of
+#: the first phase's, rounded up, below it): a ceiling, since the polish ends once its steps no
+#: longer lower the loss (``polish_tolerance``). On the eight-satellite shell at half length,
+#: whose gradient phases end far from the optimum, each step is held to a radius of about
+#: half a posterior standard deviation and the RFI left in the cleaned data first fell below
+#: 0.2 of the noise at the 43rd (2026-12-04).
+TRUST_REGION_STEPS_MAX = 100
+
 
 @dataclass(frozen=True)
 class FitConfig:
@@ -70,8 +79,8 @@ class FitConfig:
         Newton's method by conjugate gradients and a line search (``newton_cg``), or in a
         trust region (``newton_trust_region``).
       polish_steps: number of polish steps after those (0 for none; None: ``5 steps // 2``
-        L-BFGS steps, or ``steps / 40`` Newton steps, rounded up, at most
-        ``NEWTON_STEPS_MAX``).
+        L-BFGS steps, ``steps / 40`` Newton steps, rounded up, at most ``NEWTON_STEPS_MAX``,
+        or ``steps / 4`` trust-region steps, rounded up, at most ``TRUST_REGION_STEPS_MAX``).
       polish_memory: past steps the L-BFGS direction is built from; its state holds two
         copies of the parameters per step.
       polish_cg_steps: conjugate-gradient iterations (Hessian-vector products) per Newton
@@ -80,6 +89,9 @@ class FitConfig:
       stop_tolerance: stop before the ceiling ``total_steps`` once the loss has fallen by less
         than this fraction of itself over the last ``stop_window`` steps (0: never stop early).
       stop_window: steps over which the fall is measured.
+      polish_tolerance: stop a Newton or trust-region polish before its ``polish_steps`` once
+        two polish steps together have lowered the negative log posterior by less than this
+        many nats (the loss times the data's points; 0: never stop early).
     """
 
     optimizer: str = option_field("adabelief", "optax optimiser", choices=OPTIMIZERS)
@@ -92,14 +104,15 @@ class FitConfig:
     second_phase_steps: int | None = option_field(
         None, "further steps at a tenth of the step size; null = half of steps", min=0
     )
-    # Newton's method is the default: on every benchmark scenario rerun it reached the same
-    # fit as L-BFGS or a better one (the demo's gains 0.20 -> 0.04 of their spread, the
-    # rising pass's RFI left 0.151 -> 0.098 of the noise), in about the same time, and without
-    # the histories its step at bench-512 took 46.9 GB on one device against 133.7 GB
-    # (docs/science.md, docs/benchmarks.md, 2026-12-03; the demo's 0.04 with the longer
-    # solves of 2026-12-04).
+    # Newton's method in a trust region is the default: on the eight-satellite shell, whose
+    # gradient phases end where the Hessian is indefinite, it left 0.14 of the noise of RFI
+    # in the cleaned data where the line-search Newton polish left 0.97 and L-BFGS 0.30, and
+    # on the five other scenarios rerun it reached the line-search polish's figures to the
+    # second digit or better, in up to three times the time (docs/science.md, 2026-12-04).
+    # Newton's methods hold no histories: their step at
+    # bench-512 took 46.9 GB on one device against L-BFGS's 133.7 GB (docs/benchmarks.md).
     polish: str = option_field(
-        "newton",
+        "trust-region",
         "optimiser after the gradient phases: lbfgs; newton (Newton steps by conjugate "
         "gradients on the loss's Hessian, then a line search); or trust-region (the same "
         "steps within a trust radius, following negative curvature to it)",
@@ -108,7 +121,8 @@ class FitConfig:
     polish_steps: int | None = option_field(
         None,
         "polish steps after the gradient phases (0 = none); null = 2.5 x steps with lbfgs, "
-        "steps / 40 (rounded up, at most 10) with newton or trust-region",
+        "steps / 40 (rounded up, at most 10) with newton, steps / 4 (rounded up, at most 100) "
+        "with trust-region",
         min=0,
     )
     polish_memory: int = option_field(
@@ -125,6 +139,16 @@ class FitConfig:
         min=0.0,
     )
     stop_window: int = option_field(50, "steps over which stop_tolerance is measured", min=1)
+    # Near the optimum the loss is quadratic, so a Newton step that lowers it by e nats leaves
+    # the fit about e nats (superlinear convergence: less) from the optimum, sqrt(2 e)
+    # posterior standard deviations along the whole parameter vector: 0.1 nats is a fifth of
+    # one, what no figure of the fit can show.
+    polish_tolerance: float = option_field(
+        0.1,
+        "stop a newton or trust-region polish once two of its steps together lower the "
+        "negative log posterior by less than this many nats (0 = never)",
+        min=0.0,
+    )
     # 400, not 200: the loss's softest directions (the trade between the gains and the RFI)
     # need the longer solves. On the demo at full length, 10 Newton steps of 400 iterations
     # left the gains 0.04 of their spread against 0.11 after 20 of 200, in fewer products
@@ -132,7 +156,7 @@ class FitConfig:
     # long baselines and the RFI near the noise ended at the same fit, the LEO passes within
     # 0.02 of their spread (docs/science.md, 2026-12-04).
     polish_cg_steps: int = option_field(
-        400, "conjugate-gradient iterations per Newton step (polish: newton)", min=1
+        400, "conjugate-gradient iterations per Newton step (polish: newton or trust-region)", min=1
     )
 
     def __post_init__(self):
@@ -148,6 +172,8 @@ class FitConfig:
         if self.polish_steps is None:
             if self.polish == "lbfgs":
                 share = 5 * self.steps // 2
+            elif self.polish == "trust-region":
+                share = min(-(-self.steps // 4), TRUST_REGION_STEPS_MAX)
             else:
                 share = min(-(-self.steps // 40), NEWTON_STEPS_MAX)
             object.__setattr__(self, "polish_steps", share)
@@ -569,13 +595,15 @@ def run(
     history: FitHistory | None = None,
     checkpoint_dir: Path | None = None,
     progress: bool = True,
+    n_points: float = 1.0,
 ) -> tuple[FitState, FitHistory]:
     """Take steps until ``config.total_steps`` have been taken in all, or the loss has
     settled (``settled``).
 
     ``state`` may come from a checkpoint (``state.step > 0``), in which case ``history`` holds
     the earlier steps' figures. Checkpoints go to ``checkpoint_dir`` every
-    ``config.checkpoint_every`` steps and at the end.
+    ``config.checkpoint_every`` steps and at the end. ``n_points``: what the loss is divided
+    by, so that the loss times it is the negative log posterior in nats (``polish_settled``).
     """
     from tqdm.auto import tqdm
 
@@ -607,6 +635,10 @@ def run(
             if settled(losses, config):
                 logger.info("the loss has settled after %d steps; stopping", n)
                 break
+            if polish_settled(losses, config, n_points):
+                switch = config.steps + config.second_phase_steps
+                logger.info("the polish has settled after %d of its steps; stopping", n - switch)
+                break
     finally:
         bar.close()
     history = FitHistory(np.asarray(losses, np.float64), np.asarray(chi2s, np.float64))
@@ -623,6 +655,23 @@ def settled(losses, config: FitConfig) -> bool:
         return False
     fall = losses[-window - 1] - losses[-1]
     return fall < config.stop_tolerance * abs(losses[-1])
+
+
+def polish_settled(losses, config: FitConfig, n_points: float = 1.0) -> bool:
+    """Whether the last two Newton or trust-region polish steps whose outcome is known lowered
+    the negative log posterior (the loss times ``n_points``) by less than
+    ``polish_tolerance`` nats together (never with polish_tolerance 0 or an L-BFGS polish,
+    whose steps are short by design).
+
+    ``losses[n]`` is the loss at the parameters step n starts from, so polish step k's outcome
+    is known once step k + 1 has been taken.
+    """
+    if config.polish == "lbfgs" or config.polish_tolerance <= 0:
+        return False
+    switch = config.steps + config.second_phase_steps
+    if len(losses) < switch + 3:
+        return False
+    return (losses[-3] - losses[-1]) * n_points < config.polish_tolerance
 
 
 def _leaf_names(tree) -> list[str]:
