@@ -105,12 +105,12 @@ class FitConfig:
         None, "further steps at a tenth of the step size; null = half of steps", min=0
     )
     # Newton's method in a trust region is the default: on the eight-satellite shell, whose
-    # gradient phases end where the Hessian is indefinite, it left 0.14 of the noise of RFI
-    # in the cleaned data where the line-search Newton polish left 0.97 and L-BFGS 0.30, and
-    # on the five other scenarios rerun it reached the line-search polish's figures to the
-    # second digit or better, in up to three times the time (docs/science.md, 2026-12-04).
-    # Newton's methods hold no histories: their step at
-    # bench-512 took 46.9 GB on one device against L-BFGS's 133.7 GB (docs/benchmarks.md).
+    # gradient phases end where the Hessian is indefinite, 60 of its steps left 0.13 of the
+    # noise of RFI in the cleaned data where the line-search Newton polish left 0.97 and
+    # L-BFGS 0.30, and on the six other scenarios it reached the line-search polish's figures
+    # to the second digit or better, in up to three times the time (docs/science.md,
+    # 2026-12-04). Newton's methods hold no histories: their step at bench-512 took 46.9 GB on
+    # one device against L-BFGS's 133.7 GB (docs/benchmarks.md).
     polish: str = option_field(
         "trust-region",
         "optimiser after the gradient phases: lbfgs; newton (Newton steps by conjugate "
