@@ -88,9 +88,10 @@ def main(argv=None) -> list[dict]:
         )
         return {"rfi_over_noise": truth["rfi"]["rmse_over_noise"],
                 "sky_over_noise": truth["apparent_sky"]["rmse_over_noise"],
-                "gains_over_spread": truth["gains"]["over_spread"] or np.nan}  # fmt: skip
+                "gains_over_spread": np.nan if truth["gains"]["over_spread"] is None
+                else truth["gains"]["over_spread"]}  # fmt: skip
 
-    switch = fit.steps + fit.second_phase_steps
+    switch = fit.polish_start
     total = fit.total_steps
     if options.polish_limit is not None:
         total = min(total, switch + options.polish_limit)

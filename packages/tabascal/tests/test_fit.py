@@ -403,17 +403,15 @@ def test_newton_polishes_stop_once_two_steps_lower_the_posterior_by_less_than_th
     it by less than polish_tolerance nats together: found here from the closed form, with the
     loss in nats (n_points 1) and per point (n_points 1000, tolerance the same in nats)."""
 
-    def loss(x, _):
-        return 0.25 * x**4 / scale, {"chi2": x**2}
+    def polish_from_one(scale, **settings):
+        """The polish alone on x^4 / (4 scale) from x = 1, with n_points = scale."""
 
-    closed = 0.25 * (2 / 3) ** (4 * np.arange(200))
-    first = next(n for n in range(3, 200) if closed[n - 3] - closed[n - 1] < 1e-6)
-    for scale in (1.0, 1000.0):
-        config = _fit_config(
-            steps=0, polish=polish, polish_steps=200, polish_cg_steps=4, polish_tolerance=1e-6
-        )
+        def loss(x, _):
+            return 0.25 * x**4 / scale, {"chi2": x**2}
+
+        config = _fit_config(steps=0, polish=polish, polish_cg_steps=4, **settings)
         optimizer = optimiser.make_optimizer(config)
-        state, history = optimiser.run(
+        return optimiser.run(
             optimiser.make_step(loss, optimizer),
             optimiser.init_state(jnp.array(1.0), optimizer),
             None,
@@ -421,17 +419,12 @@ def test_newton_polishes_stop_once_two_steps_lower_the_posterior_by_less_than_th
             progress=False,
             n_points=scale,
         )
+
+    closed = 0.25 * (2 / 3) ** (4 * np.arange(200))
+    first = next(n for n in range(3, 200) if closed[n - 3] - closed[n - 1] < 1e-6)
+    for scale in (1.0, 1000.0):
+        state, history = polish_from_one(scale, polish_steps=200, polish_tolerance=1e-6)
         assert len(history.loss) == int(state.step) == first < 200  # 11 steps
         np.testing.assert_allclose(history.loss * scale, closed[:first], rtol=1e-12)
-    never = _fit_config(
-        steps=0, polish=polish, polish_steps=30, polish_cg_steps=4, polish_tolerance=0.0
-    )
-    optimizer = optimiser.make_optimizer(never)
-    _, history = optimiser.run(
-        optimiser.make_step(loss, optimizer),
-        optimiser.init_state(jnp.array(1.0), optimizer),
-        None,
-        never,
-        progress=False,
-    )
+    _, history = polish_from_one(1.0, polish_steps=30, polish_tolerance=0.0)
     assert len(history.loss) == 30

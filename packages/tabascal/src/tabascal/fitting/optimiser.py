@@ -179,8 +179,13 @@ class FitConfig:
             object.__setattr__(self, "polish_steps", share)
 
     @property
+    def polish_start(self) -> int:
+        """The step the polish begins at: the gradient phases' length."""
+        return self.steps + self.second_phase_steps
+
+    @property
     def total_steps(self) -> int:
-        return self.steps + self.second_phase_steps + self.polish_steps
+        return self.polish_start + self.polish_steps
 
 
 class FitState(NamedTuple):
@@ -214,7 +219,7 @@ def make_optimizer(config: FitConfig) -> optax.GradientTransformation:
         first = optax.sgd(schedule)
     if config.polish_steps == 0:
         return first
-    switch = config.steps + config.second_phase_steps
+    switch = config.polish_start
     if config.polish == "newton":
         return phased(first, switch, newton_cg(config.polish_cg_steps))
     if config.polish == "trust-region":
@@ -636,8 +641,8 @@ def run(
                 logger.info("the loss has settled after %d steps; stopping", n)
                 break
             if polish_settled(losses, config, n_points):
-                switch = config.steps + config.second_phase_steps
-                logger.info("the polish has settled after %d of its steps; stopping", n - switch)
+                done = n - config.polish_start
+                logger.info("the polish has settled after %d of its steps; stopping", done)
                 break
     finally:
         bar.close()
@@ -668,7 +673,7 @@ def polish_settled(losses, config: FitConfig, n_points: float = 1.0) -> bool:
     """
     if config.polish == "lbfgs" or config.polish_tolerance <= 0:
         return False
-    switch = config.steps + config.second_phase_steps
+    switch = config.polish_start
     if len(losses) < switch + 3:
         return False
     return (losses[-3] - losses[-1]) * n_points < config.polish_tolerance
