@@ -114,11 +114,15 @@ def provenance(command: list[str]) -> dict:
     }
 
 
+def utc_stamp() -> str:
+    """The UTC time now as result files name it: YYYYmmdd_HHMMSS."""
+    return f"{datetime.datetime.now(datetime.UTC):%Y%m%d_%H%M%S}"
+
+
 def write_json(records, path: Path | None, stem: str) -> Path:
     """Write ``records`` to ``path``, or to results/<stem>_<UTC time>.json."""
     if path is None:
-        now = datetime.datetime.now(datetime.UTC)
-        path = RESULTS / f"{stem}_{now:%Y%m%d_%H%M%S}.json"
+        path = RESULTS / f"{stem}_{utc_stamp()}.json"
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(records, indent=2) + "\n")

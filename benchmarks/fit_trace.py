@@ -14,8 +14,11 @@ how many iterations they ran), the loss (the negative log posterior over the dat
 ``tabascal run``'s summary scores it: the RFI left in the cleaned data and the apparent sky's
 error over the noise, the gains' error over their spread. A row's chi-squared is that at the
 parameters its step starts from, its scores those after the step; its seconds leave the
-scoring out. ``--polish-limit`` stops after that many polish steps. Prints a
-table and writes JSON under benchmarks/results/.
+scoring out. The trace ends where ``tabascal run`` would (``optimiser.settled`` and
+``optimiser.polish_settled`` on the same losses; the row where it would is marked ``stop``) unless
+``--past-stop`` runs on to the ceiling; ``--polish-limit`` stops after that many polish steps.
+Prints a table and writes JSON under benchmarks/results/, rewritten after every polish row so
+that a long trace cut short keeps what it reached (``complete`` false).
 """
 
 from __future__ import annotations
@@ -40,6 +43,11 @@ def _arguments(argv=None):
     parser.add_argument("--config", type=Path, default=None, help="run configuration YAML")
     parser.add_argument("--every", type=int, default=100, help="gradient steps between rows")
     parser.add_argument("--polish-limit", type=int, default=None, help="polish steps at most")
+    parser.add_argument(
+        "--past-stop",
+        action="store_true",
+        help="run on past the step where tabascal run would stop",
+    )
     parser.add_argument("--json", type=Path, default=None)
     return parser.parse_args(argv)
 
@@ -103,17 +111,30 @@ def main(argv=None) -> list[dict]:
     state = optimiser.init_state(placed.params, optimizer)
     step = optimiser.make_step(partial(route.loss, spec=placed.spec), optimizer)
     step = step.lower(state, inputs).compile()
-    rows, start, scoring = [], time.perf_counter(), 0.0
+    rows, losses, start, scoring = [], [], time.perf_counter(), 0.0
+    record = {**_common.provenance(["benchmarks/fit_trace.py", *(argv or sys.argv[1:])]),
+              "scenario": options.scenario, "init": config["fit"]["init"],
+              "schedule": {"steps": fit.steps, "second_phase_steps": fit.second_phase_steps,
+                           "polish": fit.polish, "polish_steps": fit.polish_steps,
+                           "polish_cg_steps": fit.polish_cg_steps,
+                           "polish_tolerance": fit.polish_tolerance},
+              "n_points": int(placed.data.n_points), "complete": False, "rows": rows}  # fmt: skip
+    path = options.json
+    if path is None:
+        path = _common.RESULTS / f"fit_trace_{options.scenario}_{_common.utc_stamp()}.json"
+    n_points = float(placed.data.n_points)
     print(f"{'step':>6} {'phase':>8} {'chi2':>10} {'rfi':>6} {'sky':>6} {'gains':>6} "
           f"{'seconds':>8} {'length':>9} {'bent':>5} {'cg':>4} radius")  # fmt: skip
     for n in range(total):
         state, loss, aux = step(state, inputs)
+        losses.append(float(loss))
+        stop = optimiser.settled(losses, fit) or optimiser.polish_settled(losses, fit, n_points)
         polish = n >= switch
-        if not polish and n % options.every and n != switch - 1:
+        if not polish and n % options.every and n != switch - 1 and not stop:
             continue
         row = {"step": n, "phase": fit.polish if polish else "gradient",
                "chi2": float(aux["chi2"]), "loss": float(loss),
-               "seconds": time.perf_counter() - start - scoring}  # fmt: skip
+               "seconds": time.perf_counter() - start - scoring, "stop": stop}  # fmt: skip
         newton = state.opt_state.polish if polish else None
         if isinstance(newton, optimiser.NewtonState | optimiser.TrustRegionState):
             row.update(step_length=float(newton.step_size),
@@ -128,17 +149,17 @@ def main(argv=None) -> list[dict]:
         print(f"{n:6d} {row['phase']:>8} {row['chi2']:10.4f} {row['rfi_over_noise']:6.3f} "
               f"{row['sky_over_noise']:6.3f} {row['gains_over_spread']:6.2f} {row['seconds']:8.0f} "
               f"{row.get('step_length', np.nan):9.2e} {row.get('negative_curvature', '')!s:>5} "
-              f"{row.get('cg_iterations', ''):>4} {row.get('radius', '')}", flush=True)  # fmt: skip
+              f"{row.get('cg_iterations', ''):>4} {row.get('radius', '')}"
+              f"{'  <- tabascal run stops here' if stop else ''}", flush=True)  # fmt: skip
+        if polish:
+            _common.write_json([record], path, "fit_trace")
+        if stop and not options.past_stop:
+            break
+    taken = len(losses)
     final = float(jax.jit(partial(route.loss, spec=placed.spec))(state.params, inputs)[1]["chi2"])
-    print(f"final chi-squared {final:.4f} after {total} steps")
-    record = {**_common.provenance(["benchmarks/fit_trace.py", *(argv or sys.argv[1:])]),
-              "scenario": options.scenario, "init": config["fit"]["init"],
-              "schedule": {"steps": fit.steps, "second_phase_steps": fit.second_phase_steps,
-                           "polish": fit.polish, "polish_steps": fit.polish_steps,
-                           "polish_cg_steps": fit.polish_cg_steps},
-              "steps_taken": total, "chi2_final": final,
-              "n_points": int(placed.data.n_points), "rows": rows}  # fmt: skip
-    path = _common.write_json([record], options.json, f"fit_trace_{options.scenario}")
+    print(f"final chi-squared {final:.4f} after {taken} steps")
+    record.update(steps_taken=taken, chi2_final=final, complete=True)
+    path = _common.write_json([record], path, "fit_trace")
     print(f"wrote {path}")
     return [record]
 
