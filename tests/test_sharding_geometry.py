@@ -1,7 +1,8 @@
 """The RFI geometry placed per device equals the single-device model.
 
-With the reuse plan and fixed orbits the baseline axis places the per-antenna phase and delays
-per device (``ShardedSpec.device_geometry``): (n_dev, n_ant_total, ...) on ``P("bl")``, each
+With the reuse plan and fixed orbits the baseline axis places the per-antenna phase and delays,
+and the shared RFI signal's per-antenna factor, per device (``ShardedSpec.device_geometry``):
+(n_dev, n_ant_total, ...) on ``P("bl")``, each
 device holding only the antennas of its compact table, in its operators' numbering. Where a
 device's table is no narrower than every antenna (no reuse plan, or the plan on 1 and 2 devices
 of the 8-station store, whose lower bound is all 8) the geometry stays replicated. These tests
@@ -17,7 +18,7 @@ from conftest import single_device_reference
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tabascal.model import joint
+from tabascal.model import joint, rfi_signal
 from tabascal.parallel import baseline_axis
 
 # The hybrid route of test_sharding_reuse: a quadrature and an analytic group.
@@ -67,9 +68,14 @@ def _check_geometry_placement(sharded, model):
     assert spec.device_geometry == narrower
     if spec.reuse is not None and spec.n_dev >= 3:
         assert narrower, sharded.plan.reuse.summary()
-    for name in ("phase", "delay_us"):
-        placed = getattr(sharded.constants, name)
-        whole = np.asarray(getattr(model.constants, name))
+    # The shared signal (the default) has each antenna's factor, placed with the geometry.
+    assert rfi_signal.is_shared(model.constants.rfi_signal)
+    for name in ("phase", "delay_us", "factor"):
+        placed, whole = (
+            c.rfi_signal.factor if name == "factor" else getattr(c, name)
+            for c in (sharded.constants, model.constants)
+        )
+        whole = np.asarray(whole)
         if not narrower:
             assert placed.shape == whole.shape, name
             assert placed.sharding.is_fully_replicated, name

@@ -93,24 +93,27 @@ def test_every_baseline_shaped_array_divides_over_four_devices(model, reuse):
 
 
 def test_rfi_geometry_per_device_holds_only_its_antennas(model):
-    """With the reuse plan the RFI phase and delays (per antenna, replicated before) are placed
-    per device: each device holds the rows of its compact antenna table and no more. Without
-    the plan every device touches every antenna, and they stay replicated."""
-    geometry = ("phase", "delay_us")
+    """With the reuse plan the RFI phase and delays and the shared signal's factor (per
+    antenna, replicated before) are placed per device: each device holds the rows of its
+    compact antenna table and no more. Without the plan every device touches every antenna,
+    and they stay replicated."""
+    geometry = {
+        "phase": lambda c: c.phase,
+        "delay_us": lambda c: c.delay_us,
+        "factor": lambda c: c.rfi_signal.factor,  # the shared signal's, per antenna
+    }
     n_ant = model.spec.n_ant
+    assert model.constants.rfi_signal.factor.shape[0] == n_ant
     plain = baseline_axis.shard_model(model, baseline_axis.make_mesh(N_DEVICES))
     assert not plain.spec.device_geometry
-    for name in geometry:
-        assert (
-            _largest_shard(getattr(plain.constants, name)) == getattr(model.constants, name).nbytes
-        )
+    for name, get in geometry.items():
+        assert _largest_shard(get(plain.constants)) == get(model.constants).nbytes, name
 
     sharded = baseline_axis.shard_model(model, baseline_axis.make_mesh(N_DEVICES), reuse=True)
     assert sharded.spec.device_geometry
     ratios = {
-        name: _largest_shard(getattr(sharded.constants, name))
-        / getattr(model.constants, name).nbytes
-        for name in geometry
+        name: _largest_shard(get(sharded.constants)) / get(model.constants).nbytes
+        for name, get in geometry.items()
     }
     antennas = sharded.plan.n_ant_total
     print(f"geometry per device / one device: {ratios}, {antennas} of {n_ant} antennas")

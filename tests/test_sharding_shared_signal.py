@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from tabascal.config import run_config
-from tabascal.model import joint
-from tabascal.parallel import routes
+from tabascal.fitting import satellites
+from tabascal.model import joint, rfi_signal
+from tabascal.parallel import baseline_axis, routes
 from tabascal.store import read_observation
 
 N_DEVICES = 4
@@ -64,3 +65,28 @@ def test_shared_signal_loss_and_gradient_equal_single_device_on_every_route(refe
     # Measured: loss 2.2e-16 apart, gradients at most 4.9e-16 (float64 sums in another order).
     assert float(value) == pytest.approx(ref_value, rel=2e-14)
     assert max(worst.values()) < 5e-14, worst
+
+
+def test_signal_rms_with_the_factor_per_device_equals_every_antennas(reference):
+    """The reuse plan places the factor per device, each device holding its compact antennas
+    (some antennas on several devices, ghosts with zero factor); ``satellites.signal_rms``
+    weighs each antenna by one over its holders, so it equals the rms over every antenna of
+    the single-device signal, computed here in numpy."""
+    model, _, _ = reference
+    route = routes.route("reuse")
+    placed = route.place(model, route.make_mesh(N_DEVICES))
+    assert len(routes.devices(placed.spec)) == N_DEVICES  # the sharded path ran
+    assert placed.constants.rfi_signal.factor.ndim == 5, "the factor is placed per device"
+    weights = baseline_axis.antenna_weights(placed.spec)
+    ids = np.asarray(placed.spec.antenna_ids)
+    held = [weights[ids == a].sum() for a in range(model.spec.n_ant)]
+    np.testing.assert_allclose(held, 1.0, rtol=1e-15)
+    assert not np.any(weights[ids >= model.spec.n_ant])
+    assert len(set(ids[ids < model.spec.n_ant].tolist())) == model.spec.n_ant
+
+    amp = np.asarray(rfi_signal.forward(model.params.rfi, model.constants.rfi_signal))
+    want = np.sqrt(np.mean(np.abs(amp) ** 2, axis=(0, 2)))
+    got = satellites.signal_rms(placed, placed.params, model.spec.n_src)
+    print(f"signal rms {np.max(np.abs(got / want - 1)):.1e} apart")
+    # Measured: 3.3e-16 apart (float64).
+    np.testing.assert_allclose(got, want, rtol=5e-14)

@@ -32,7 +32,7 @@ import numpy as np
 
 from tabascal.fitting import results
 from tabascal.model import gains, joint, likelihood, rfi_signal
-from tabascal.parallel import processes
+from tabascal.parallel import baseline_axis, processes
 
 logger = logging.getLogger(__name__)
 
@@ -186,7 +186,21 @@ def signal_rms(placed, params, n_sat: int) -> np.ndarray:
         amp = rfi_signal.forward(rfi_params, joint.corrected_signal(constants, orbit_params))
         return jnp.sqrt(jnp.mean(jnp.abs(amp) ** 2, axis=(0, 2)))
 
-    out = jax.jit(rms)(params.rfi, params.orbits, placed.constants)
+    def rms_by_device(rfi_params, constants, weights):
+        # the factor of each device's compact antennas, (n_dev, n_ant_total, ...): each
+        # antenna weighed by one over the devices that hold it, ghosts by 0
+        factor = constants.rfi_signal.factor
+        flat = factor.reshape(-1, *factor.shape[2:])
+        amp = rfi_signal.forward(rfi_params, constants.rfi_signal._replace(factor=flat))
+        power = jnp.mean(jnp.abs(amp) ** 2, axis=2)
+        return jnp.sqrt(jnp.tensordot(weights.reshape(-1), power, 1) / placed.spec.model.n_ant)
+
+    if placed.constants.rfi_signal.factor.ndim == 5:  # placed per device (baseline_axis)
+        factor = placed.constants.rfi_signal.factor
+        weights = baseline_axis.antenna_weights(placed.spec).astype(factor.dtype)
+        out = jax.jit(rms_by_device)(params.rfi, placed.constants, weights)
+    else:
+        out = jax.jit(rms)(params.rfi, params.orbits, placed.constants)
     # The source axis pads the satellites with dark ones; they come last.
     return np.asarray(processes.host_rows(out, 0, n_sat), np.float64)
 

@@ -16,19 +16,19 @@ permutation, so results leave in the data's order either way.
 Placement: every array with a baseline axis (data, a1, a2, the sky constants'
 ``sky.BASELINE_FIELDS``, the sky parameters and every visibility-shaped intermediate) lives on
 ``P("bl")``; per-antenna and per-source parameters (RFI signal modes, gains) and freq_mhz are
-replicated. With the reuse plan and fixed orbits the RFI geometry (phase, delay_us) is placed
-per device (``ShardedSpec.device_geometry``): (n_dev, n_ant_total, ...) on ``P("bl")``, each
-device holding the rows of its compact antenna table, so no device holds or copies the
-geometry of antennas it does not use; otherwise (every device touching every antenna, or
-fitted orbits, corrected before the map) it is replicated. The RFI term runs in ``shard_map``: each
-device synthesises the per-antenna signal of its antennas from the replicated parameters (all of
-them, or with a reuse plan its compact table), appends the plan's ghost antennas (zero signal),
-evaluates each group with its own stacked index arrays through the ri_kernels seams, scatters
-into a local (B + 1, n_freq, n_time) buffer at the plan's positions (padding lands in the spare
-row B) and keeps the first B rows. The sky, the gains and the likelihood act row by row, so
-they run under ``jit`` on the sharded arrays, with sharding constraints keeping ``P("bl")``
-between components. Only scalars and the gradients of replicated parameters are summed across
-devices.
+replicated. With the reuse plan and fixed orbits the RFI geometry (phase, delay_us, and the
+shared signal's per-antenna factor) is placed per device (``ShardedSpec.device_geometry``):
+(n_dev, n_ant_total, ...) on ``P("bl")``, each device holding the rows of its compact antenna
+table, so no device holds or copies the geometry of antennas it does not use; otherwise (every
+device touching every antenna, or fitted orbits, corrected before the map) it is replicated. The
+RFI term runs in ``shard_map``: each device synthesises the per-antenna signal of its antennas
+from the replicated parameters (all of them, or with a reuse plan its compact table), appends
+the plan's ghost antennas (zero signal), evaluates each group with its own stacked index arrays
+through the ri_kernels seams, scatters into a local (B + 1, n_freq, n_time) buffer at the plan's
+positions (padding lands in the spare row B) and keeps the first B rows. The sky, the gains and
+the likelihood act row by row, so they run under ``jit`` on the sharded arrays, with sharding
+constraints keeping ``P("bl")`` between components. Only scalars and the gradients of replicated
+parameters are summed across devices.
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ class ShardedSpec:
     part of the compiled program, selected by the device's position on the mesh.
     reuse: the ``tabascal_partition.ReusePlan`` the rows were permuted by, or None. Read on
     the host only (``unpad``), so it takes no part in comparing specs.
-    device_geometry: constants.phase and constants.delay_us are placed per device, (n_dev,
+    device_geometry: constants.phase and constants.delay_us, and the shared RFI signal's
+    per-antenna factor (``signal_factor_by_device``), are placed per device, (n_dev,
     n_ant_total, ...) on ``P("bl")`` in each device's antenna numbering (``place_geometry``);
     False: replicated, (n_ant, ...) (see ``_geometry_by_device``).
     """
@@ -190,12 +191,36 @@ def _compact_antennas(plan: tabascal_partition.ShardPlan) -> tuple[tuple[int, ..
     return tuple(tuple(int(i) for i in row) for row in ids)
 
 
+def signal_factor_by_device(signal: rfi_signal.RfiSignalConstants, spec: ShardedSpec) -> bool:
+    """Whether the RFI signal's factor is placed per device with the geometry: the shared
+    signal's (n_ant, n_src, n_freq, n_time) factor, the size of the phase, where
+    ``spec.device_geometry``; the per-antenna signal's factor has no antenna axis."""
+    return spec.device_geometry and signal.factor.ndim == 4 and rfi_signal.is_shared(signal)
+
+
+def antenna_weights(spec: ShardedSpec) -> np.ndarray:
+    """(n_dev, n_ant_total) float64: for each device's compact antennas, one over the number
+    of devices that hold that antenna, 0 for ghosts and unused slots; a per-device,
+    per-antenna quantity summed with these weights counts every antenna once."""
+    n_ant = spec.model.n_ant
+    if spec.antenna_ids is None:
+        ids = np.tile(np.arange(n_ant + spec.n_ghost), (spec.n_dev, 1))
+    else:
+        ids = np.asarray(spec.antenna_ids, np.int64)
+    real = ids < n_ant
+    holders = np.bincount(ids[real], minlength=n_ant)
+    weights = np.zeros(ids.shape)
+    weights[real] = 1.0 / holders[ids[real]]
+    return weights
+
+
 def _geometry_by_device(constants: joint.ModelConstants, plan, n_ant: int) -> bool:
-    """Whether the RFI phase and delays are placed per device: where each device's antennas
-    (ghosts included) are fewer than all of them, which takes the reuse plan's compact tables,
-    and the orbits are fixed (fitted orbits correct the delays of every antenna before the map).
-    Without the plan every device takes every antenna and its ghosts: bench-512 on 4 devices
-    measured 8 MB more per device placed that way than replicated, and the same step."""
+    """Whether the RFI phase and delays (and the shared signal's factor) are placed per device:
+    where each device's antennas (ghosts included) are fewer than all of them, which takes the
+    reuse plan's compact tables, and the orbits are fixed (fitted orbits correct the delays of
+    every antenna before the map). Without the plan every device takes every antenna and its
+    ghosts: bench-512 on 4 devices measured 8 MB more per device placed that way than
+    replicated, and the same step."""
     return constants.orbits is None and plan.n_ant_total < n_ant
 
 
@@ -273,17 +298,26 @@ def place_constants(
 ) -> joint.ModelConstants:
     """Everything of ``constants`` but the sky (left None): a1, a2 and the RFI groups' indices
     and positions on ``P("bl")``; with ``spec.device_geometry`` the phase and delays per device
-    (``place_geometry``); the rest replicated."""
+    (``place_geometry``), and the shared signal's factor (``signal_factor_by_device``); the rest
+    replicated."""
     spec = placement.spec
     mesh = spec.mesh
+    signal = constants.rfi_signal
+    factor_apart = signal_factor_by_device(signal, spec)
     apart = {"sky": None, "groups": None, "a1": None, "a2": None}
     if spec.device_geometry:
         apart.update(phase=None, delay_us=None)
+    if factor_apart:
+        apart.update(rfi_signal=signal._replace(factor=None))
     placed = replicate(constants._replace(**apart), mesh)
     if spec.device_geometry:
         placed = placed._replace(
             phase=place_geometry(constants.phase, spec),
             delay_us=place_geometry(constants.delay_us, spec),
+        )
+    if factor_apart:
+        placed = placed._replace(
+            rfi_signal=placed.rfi_signal._replace(factor=place_geometry(signal.factor, spec))
         )
     return placed._replace(
         groups=_sharded_groups(constants.groups, placement.plan, mesh),
@@ -377,8 +411,9 @@ def _geometry_partition_spec(spec: ShardedSpec):
 def rfi_block(rfi_params, signal, phase, delay_us, freq_mhz, groups, spec: ShardedSpec):
     """One device's RFI visibilities (B, n_freq, n_time); runs inside ``shard_map``.
 
-    rfi_params, signal: the RFI signal's parameters and constants (``rfi_signal``), phase:
-    (n_ant, n_src, n_freq, n_time), delay_us: (n_ant, n_src, n_time, n_path), all antennas
+    rfi_params, signal: the RFI signal's parameters and constants (``rfi_signal``; the shared
+    signal's factor this device's block, (1, n_ant_total, ...), where it is placed per device),
+    phase: (n_ant, n_src, n_freq, n_time), delay_us: (n_ant, n_src, n_time, n_path), all antennas
     (replicated), or with ``spec.device_geometry`` this device's block of them (1,
     n_ant_total, ...); groups: this device's tables, indices and positions with a leading axis of 1
     (antenna ids in the device's numbering: global, or compact with a reuse plan). The signal
@@ -390,9 +425,12 @@ def rfi_block(rfi_params, signal, phase, delay_us, freq_mhz, groups, spec: Shard
     # and crosses devices once, as the modes' gradient, rather than once per group as a
     # signal-sized cube.
     varying = rfi_params._replace(z=jax.lax.pcast(rfi_params.z, AXIS, to="varying"))
-    device_params, device_signal = rfi_signal.take_antennas(
-        varying, signal, lambda x: _device_antennas(x, spec)
-    )
+    if signal.factor.ndim == 5:  # the shared signal's factor, this device's block of it
+        device_params, device_signal = varying, signal._replace(factor=signal.factor[0])
+    else:
+        device_params, device_signal = rfi_signal.take_antennas(
+            varying, signal, lambda x: _device_antennas(x, spec)
+        )
     amp = rfi_signal.forward(device_params, device_signal)
     phase, delay_us = _device_geometry(phase, delay_us, spec)
     n_freq, n_time = amp.shape[2], amp.shape[3]
@@ -477,10 +515,13 @@ def predict_rfi(
     )
     group_specs = _group_partition_specs(constants.groups)
     geometry = _geometry_partition_spec(spec)
+    signal_specs = jax.tree.map(lambda _: P(), constants.rfi_signal)
+    if constants.rfi_signal.factor.ndim == 5:  # placed per device (place_constants)
+        signal_specs = signal_specs._replace(factor=P(AXIS))
     mapped = jax.shard_map(
         lambda *args: rfi_block(*args, spec=spec),
         mesh=spec.mesh,
-        in_specs=(P(), P(), geometry, geometry, P(), group_specs),
+        in_specs=(P(), signal_specs, geometry, geometry, P(), group_specs),
         out_specs=P(AXIS),
     )
     vis = mapped(
