@@ -2,13 +2,12 @@
 
 With the reuse plan and fixed orbits the baseline axis places the per-antenna phase and delays,
 and the shared RFI signal's per-antenna factor, per device (``ShardedSpec.device_geometry``):
-(n_dev, n_ant_total, ...) on ``P("bl")``, each
-device holding only the antennas of its compact table, in its operators' numbering. Where a
-device's table is no narrower than every antenna (no reuse plan, or the plan on 1 and 2 devices
-of the 8-station store, whose lower bound is all 8) the geometry stays replicated. These tests
-check that choice and the per-device rows, and that the loss and its gradient equal the
-single-device model's on 1 to 4 devices, with and without the reuse plan (on 3 and 4 devices
-the plan gives each device 5 or 6 of the 8 antennas).
+(n_dev, n_ant_total, ...) on ``P("bl")``, each device holding only the antennas of its compact
+table, in its operators' numbering. Where a device's table is no narrower than every antenna (no
+reuse plan, or the plan on 1 and 2 devices of the 8-station store, whose lower bound is all 8)
+the geometry stays replicated. These tests check that choice and the per-device rows, and that
+the loss and its gradient equal the single-device model's on 1 to 4 devices, with and without
+the reuse plan (on 3 and 4 devices the plan gives each device 5 or 6 of the 8 antennas).
 """
 
 import jax

@@ -76,7 +76,8 @@ def test_signal_rms_with_the_factor_per_device_equals_every_antennas(reference):
     route = routes.route("reuse")
     placed = route.place(model, route.make_mesh(N_DEVICES))
     assert len(routes.devices(placed.spec)) == N_DEVICES  # the sharded path ran
-    assert placed.constants.rfi_signal.factor.ndim == 5, "the factor is placed per device"
+    assert baseline_axis.factor_per_device(placed.constants.rfi_signal)
+    assert placed.constants.rfi_signal.factor.shape[:2] == (N_DEVICES, placed.plan.n_ant_total)
     weights = baseline_axis.antenna_weights(placed.spec)
     ids = np.asarray(placed.spec.antenna_ids)
     held = [weights[ids == a].sum() for a in range(model.spec.n_ant)]

@@ -195,9 +195,9 @@ def signal_rms(placed, params, n_sat: int) -> np.ndarray:
         power = jnp.mean(jnp.abs(amp) ** 2, axis=2)
         return jnp.sqrt(jnp.tensordot(weights.reshape(-1), power, 1) / placed.spec.model.n_ant)
 
-    if placed.constants.rfi_signal.factor.ndim == 5:  # placed per device (baseline_axis)
-        factor = placed.constants.rfi_signal.factor
-        weights = baseline_axis.antenna_weights(placed.spec).astype(factor.dtype)
+    signal = placed.constants.rfi_signal
+    if baseline_axis.factor_per_device(signal):
+        weights = baseline_axis.antenna_weights(placed.spec).astype(signal.factor.dtype)
         out = jax.jit(rms_by_device)(params.rfi, placed.constants, weights)
     else:
         out = jax.jit(rms)(params.rfi, params.orbits, placed.constants)

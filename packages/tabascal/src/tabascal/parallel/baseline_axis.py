@@ -198,15 +198,21 @@ def signal_factor_by_device(signal: rfi_signal.RfiSignalConstants, spec: Sharded
     return spec.device_geometry and signal.factor.ndim == 4 and rfi_signal.is_shared(signal)
 
 
+def factor_per_device(signal: rfi_signal.RfiSignalConstants) -> bool:
+    """Whether ``signal``'s factor arrives placed per device (``signal_factor_by_device``):
+    (n_dev, n_ant_total, ...) on the mesh, or this device's block of it inside the map."""
+    return signal.factor.ndim == 5
+
+
 def antenna_weights(spec: ShardedSpec) -> np.ndarray:
-    """(n_dev, n_ant_total) float64: for each device's compact antennas, one over the number
-    of devices that hold that antenna, 0 for ghosts and unused slots; a per-device,
-    per-antenna quantity summed with these weights counts every antenna once."""
-    n_ant = spec.model.n_ant
+    """(n_dev, n_ant_total) float64 for a spec with a reuse plan's compact tables: for each
+    device's compact antennas, one over the number of devices that hold that antenna, 0 for
+    ghosts and unused slots; a per-device, per-antenna quantity summed with these weights
+    counts every antenna once."""
     if spec.antenna_ids is None:
-        ids = np.tile(np.arange(n_ant + spec.n_ghost), (spec.n_dev, 1))
-    else:
-        ids = np.asarray(spec.antenna_ids, np.int64)
+        raise ValueError("antenna_weights: the spec has no compact antenna tables (no reuse plan)")
+    n_ant = spec.model.n_ant
+    ids = np.asarray(spec.antenna_ids, np.int64)
     real = ids < n_ant
     holders = np.bincount(ids[real], minlength=n_ant)
     weights = np.zeros(ids.shape)
@@ -425,7 +431,7 @@ def rfi_block(rfi_params, signal, phase, delay_us, freq_mhz, groups, spec: Shard
     # and crosses devices once, as the modes' gradient, rather than once per group as a
     # signal-sized cube.
     varying = rfi_params._replace(z=jax.lax.pcast(rfi_params.z, AXIS, to="varying"))
-    if signal.factor.ndim == 5:  # the shared signal's factor, this device's block of it
+    if factor_per_device(signal):  # the shared signal's factor, this device's block of it
         device_params, device_signal = varying, signal._replace(factor=signal.factor[0])
     else:
         device_params, device_signal = rfi_signal.take_antennas(
@@ -516,7 +522,7 @@ def predict_rfi(
     group_specs = _group_partition_specs(constants.groups)
     geometry = _geometry_partition_spec(spec)
     signal_specs = jax.tree.map(lambda _: P(), constants.rfi_signal)
-    if constants.rfi_signal.factor.ndim == 5:  # placed per device (place_constants)
+    if factor_per_device(constants.rfi_signal):
         signal_specs = signal_specs._replace(factor=P(AXIS))
     mapped = jax.shard_map(
         lambda *args: rfi_block(*args, spec=spec),
