@@ -124,7 +124,7 @@ def test_complex128_without_x64_is_refused():
 
 
 def test_index_sets_must_match_the_signal_and_be_one_device_set():
-    with pytest.raises(ValueError, match="indices were built for n_ant = 5 but amp has 4"):
+    with pytest.raises(ValueError, match="indices were built for n_ant = 5 but the signal has 4"):
         _quadrature(make_indices(5, [0], [1]))
     with pytest.raises(TypeError, match="indices must come from make_indices; got tuple"):
         _analytic((np.array([0]), np.array([1])))

@@ -58,9 +58,10 @@ _REALS_FIXED = 32
 class _Signal(NamedTuple):
     """Per-antenna inputs in the layouts the blocks gather from (antenna axis first)."""
 
-    amp: jax.Array  # (n_ant, n_freq, n_time, n_rfi)
+    amp: jax.Array  # (n_ant, n_freq, n_time, n_rfi), or (1, ...) with a factor
     phase: jax.Array  # (n_ant, n_freq, n_time, n_rfi)
     delay: jax.Array  # (n_ant, n_time, n_rfi, 4): orders 0..3
+    factor: jax.Array | None = None  # None, or amp's real factor per antenna, amp's layout
 
 
 class _AnalyticTables(NamedTuple):
@@ -103,9 +104,11 @@ def _coefficients(signal, tables, antenna, cell_f, cell_t):
     (B,) antennas -> (m, B, C, n_rfi, u)."""
     freq_rows = tables.start_freq[cell_f][:, None] + jnp.arange(tables.w_freq.shape[1])
     time_rows = tables.start_time[cell_t][:, None] + jnp.arange(tables.g_time.shape[1])
-    stencil = signal.amp[
-        antenna[:, None, None, None], freq_rows[None, :, :, None], time_rows[None, :, None]
-    ]  # (B, C, k, l, n_rfi)
+    at = (antenna[:, None, None, None], freq_rows[None, :, :, None], time_rows[None, :, None])
+    if signal.factor is None:
+        stencil = signal.amp[at]  # (B, C, k, l, n_rfi)
+    else:  # the product at the stencil's cells, before the interpolation: the signal's own
+        stencil = signal.amp[0][at[1:]] * signal.factor[at]
     w_freq, g_time = tables.w_freq[cell_f], tables.g_time[cell_t]
     return jnp.einsum("bcklr,cku,clm->mbcru", stencil, w_freq, g_time, precision=_HIGHEST)
 
@@ -363,10 +366,10 @@ def _moments_of_block(signal, tables, int_time, p, q, cell_f, cell_t, n_mom, opt
     return _moments(ends, cells, n_mom, options)[0]
 
 
-def _signal(amp, phase, delay_us):
+def _signal(amp, phase, delay_us, amp_factor=None):
     """The per-antenna inputs in the blocks' layouts; ``amp`` may be None (moments alone)."""
-    amp = None if amp is None else amp.transpose(0, 2, 3, 1)
-    return _Signal(amp, phase.transpose(0, 2, 3, 1), delay_us.transpose(0, 2, 1, 3))
+    amp, factor = (None if x is None else x.transpose(0, 2, 3, 1) for x in (amp, amp_factor))
+    return _Signal(amp, phase.transpose(0, 2, 3, 1), delay_us.transpose(0, 2, 1, 3), factor)
 
 
 @functools.partial(
@@ -375,6 +378,7 @@ def _signal(amp, phase, delay_us):
 def _analytic(
     indices,
     amp,
+    amp_factor,
     phase,
     delay_us,
     tables,
@@ -386,12 +390,12 @@ def _analytic(
     memory_budget_bytes,
 ):
     options = {"segments": segments, "terms": terms, "cubic_terms": cubic_terms}
-    _, n_rfi, n_freq, n_time = amp.shape
+    n_ant, n_rfi, n_freq, n_time = phase.shape
     n_bl = indices.a1.shape[0]
     if n_bl == 0:
         return jnp.zeros((0, n_freq, n_time), amp.dtype)
     tables, int_time, moments = jax.lax.stop_gradient((tables, int_time, moments))
-    signal = _signal(amp, phase, delay_us)
+    signal = _signal(amp, phase, delay_us, amp_factor)
     n_int_f, n_coef = tables.w_freq.shape[2], tables.g_time.shape[2]
     n_mom = 2 * n_coef - 1
 
@@ -433,8 +437,8 @@ def _analytic(
     # Each antenna's coefficients once per block and then each pair end's, where the block's
     # pair ends outnumber the antennas; else each end's own (the interpolation, and in reverse
     # mode its cotangent, cost per end what they cost per antenna).
-    per_antenna = amp.shape[0] <= 2 * grid.rows_per_block
-    antennas = jnp.arange(amp.shape[0], dtype=jnp.int32)
+    per_antenna = n_ant <= 2 * grid.rows_per_block
+    antennas = jnp.arange(n_ant, dtype=jnp.int32)
     ys = map_blocks(block, block_ids, policy).reshape(grid)
     vis = ys.transpose(0, 2, 1, 3).reshape(
         grid.n_row_blocks * grid.rows_per_block, grid.n_cell_blocks * grid.cells_per_block
@@ -461,6 +465,7 @@ def analytic_eval_with_indices(
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
     moments=None,
     view=None,
+    amp_factor=None,
 ):
     """RFI visibilities in closed form over each integration, for the baselines of ``indices``.
 
@@ -473,7 +478,8 @@ def analytic_eval_with_indices(
 
     Args:
         indices: from :func:`make_indices` for ``n_ant`` antennas and ``n_bl`` baselines.
-        amp: (n_ant, n_rfi, n_freq, n_time) complex64 or complex128 signal per data cell.
+        amp: (n_ant, n_rfi, n_freq, n_time) complex64 or complex128 signal per data cell; with
+            ``amp_factor``, (1, n_rfi, n_freq, n_time), the part every antenna shares.
         phase: (n_ant, n_rfi, n_freq, n_time) real phase (rad) at each channel and cell centre.
         delay_us: (n_ant, n_rfi, n_time, n_path >= 1) real delay (us) relative to the array
             mean at each cell centre, then its time derivatives (us/s**k).
@@ -499,14 +505,18 @@ def analytic_eval_with_indices(
             average then runs over that part alone, relative to the whole integration, with
             the phase cubic and the moments taken exactly onto it. With ``moments`` given,
             the moments are to have been formed with the same ``view``.
+        amp_factor: None, or (n_ant, n_rfi, n_freq, n_time) real: each antenna's factor of a
+            signal ``amp_factor[a] * amp[0]`` whose varying part ``amp`` all antennas share,
+            as in :func:`quadrature_eval_with_indices`: the same result as passing the
+            product, which is formed only at each block's pair ends and cells.
 
     Returns:
         (n_bl, n_freq, n_time) visibilities in amp's dtype.
 
     Real arrays must be float32 with complex64 and float64 with complex128. ``amp``,
-    ``phase`` and ``delay_us`` are differentiated, in forward and reverse mode; the delay
-    orders above 3, which the operator drops, have zero derivative, and so has order 3
-    with ``cubic_terms=0``. With ``moments`` given, phase and delays are not read: their
+    ``amp_factor``, ``phase`` and ``delay_us`` are differentiated, in forward and reverse
+    mode; the delay orders above 3, which the operator drops, have zero derivative, and so has
+    order 3 with ``cubic_terms=0``. With ``moments`` given, phase and delays are not read: their
     derivatives are zero. The tables, offsets, channel centres and ``int_time`` are
     constants. A derivative along phase or delay costs three more moments per element (none
     along phase alone), formed with the others: the moments' derivatives are moments,
@@ -531,6 +541,7 @@ def analytic_eval_with_indices(
         cubic_terms,
         memory_budget_bytes,
         view,
+        amp_factor,
     )
     tables, delay_us, int_time, options = checked
     if moments is not None:
@@ -544,7 +555,9 @@ def analytic_eval_with_indices(
             "(2 n_coef - 1, n_bl, n_freq, n_time, n_rfi, n_int_f) from "
             "analytic_moments_with_indices",
         )
-    return _analytic(indices, amp, phase, delay_us, tables, int_time, moments, **options)
+    return _analytic(
+        indices, amp, amp_factor, phase, delay_us, tables, int_time, moments, **options
+    )
 
 
 def _checked(
@@ -565,11 +578,12 @@ def _checked(
     cubic_terms,
     memory_budget_bytes,
     view=None,
+    amp_factor=None,
 ):
     """The checks both seams make (``amp`` may be a ``jax.ShapeDtypeStruct``), then the
     operator's tables, delays with orders 0..3, integration time and static options."""
     real, _, _, _ = _validate.signal(
-        fn, indices, amp, phase, delay_us, w_freq, start_freq, dnu_mhz, freq_mhz
+        fn, indices, amp, phase, delay_us, w_freq, start_freq, dnu_mhz, freq_mhz, amp_factor
     )
     _, n_coef = _validate.stencil(
         fn, "g_time", g_time, "start_time", start_time, amp.shape[3], "n_time", real, "n_coef"

@@ -12,8 +12,9 @@ class RFIInterpVisOp:
     """Quadrature operator for a fixed baseline list.
 
     ``RFIInterpVisOp(n_ant, a1, a2).eval(amp, phase, delay_us, w_freq, start_freq, w_time,
-    start_time, dnu_mhz, dt, freq_mhz)`` equals :func:`quadrature_eval_with_indices` called
-    with ``.indices``; see it for shapes, dtypes and units.
+    start_time, dnu_mhz, dt, freq_mhz, *, amp_factor=None)`` equals
+    :func:`quadrature_eval_with_indices` called with ``.indices``; see it for shapes, dtypes
+    and units.
     """
 
     def __init__(self, n_ant: int, a1, a2):
@@ -41,6 +42,7 @@ class RFIInterpVisOp:
         freq_mhz,
         *,
         memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+        amp_factor=None,
     ):
         """(n_bl, n_freq, n_time) visibilities of this operator's baselines."""
         return quadrature_eval_with_indices(
@@ -56,6 +58,7 @@ class RFIInterpVisOp:
             dt,
             freq_mhz,
             memory_budget_bytes=memory_budget_bytes,
+            amp_factor=amp_factor,
         )
 
 
@@ -63,7 +66,8 @@ class RFIAnalyticVisOp:
     """Closed-form operator for a fixed baseline list.
 
     ``RFIAnalyticVisOp(n_ant, a1, a2).eval(amp, phase, delay_us, w_freq, start_freq, g_time,
-    start_time, dnu_mhz, int_time, freq_mhz, *, segments=2, terms=6, cubic_terms=3)`` equals
+    start_time, dnu_mhz, int_time, freq_mhz, *, segments=2, terms=6, cubic_terms=3,
+    amp_factor=None)`` equals
     :func:`analytic_eval_with_indices` called with ``.indices``; see it for shapes, dtypes and
     units.
     """
@@ -96,6 +100,7 @@ class RFIAnalyticVisOp:
         terms: int = 6,
         cubic_terms: int = 3,
         memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+        amp_factor=None,
     ):
         """(n_bl, n_freq, n_time) visibilities of this operator's baselines."""
         return analytic_eval_with_indices(
@@ -114,4 +119,5 @@ class RFIAnalyticVisOp:
             terms=terms,
             cubic_terms=cubic_terms,
             memory_budget_bytes=memory_budget_bytes,
+            amp_factor=amp_factor,
         )

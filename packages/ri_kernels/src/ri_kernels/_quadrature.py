@@ -99,13 +99,14 @@ def _delay_offset(delay, dt):
     return horner * dt
 
 
-def _fine_signal(cell_f, cell_t, amp, phase, delay_us, tables, ant):
+def _fine_signal(cell_f, cell_t, amp, amp_factor, phase, delay_us, tables, ant):
     """Fine-sampled signal of each cell in a block, antenna axis last.
 
     cell_f, cell_t: (C,) channel and time of each cell. amp, phase: (n_freq, n_time, n_rfi,
-    n_a); delay_us: (n_time, n_rfi, n_path, n_a); tables: the operator's
-    :class:`_QuadratureTables`; ant: (n_u,) the antennas to take of the n_a, or None for all
-    of them (n_u = n_a). Returns X: (C, n_rfi * n_int_f * n_int_t, n_u) complex.
+    n_a); amp_factor: None, or the real per-antenna factor of amp, which then has an antenna
+    axis of 1 (the signal is their product); delay_us: (n_time, n_rfi, n_path, n_a); tables:
+    the operator's :class:`_QuadratureTables`; ant: (n_u,) the antennas to take of the n_a, or
+    None for all of them (n_u = n_a). Returns X: (C, n_rfi * n_int_f * n_int_t, n_u) complex.
 
     The antenna axis is last because XLA fuses this elementwise work into the Gram matmul's
     operands: with antennas innermost every operand is contiguous there and the loop
@@ -119,7 +120,11 @@ def _fine_signal(cell_f, cell_t, amp, phase, delay_us, tables, ant):
     def touched(x):  # the touched antennas of the block's cells
         return x if ant is None else x[..., ant]
 
-    stencil = touched(amp[freq_rows[:, :, None], time_rows[:, None, :]])  # (C, k, l, n_rfi, n_u)
+    stencil = amp[freq_rows[:, :, None], time_rows[:, None, :]]  # (C, k, l, n_rfi, n_u | 1)
+    if amp_factor is None:
+        stencil = touched(stencil)
+    else:  # the product at the stencil's cells, before the interpolation: the signal's own
+        stencil = stencil * touched(amp_factor[freq_rows[:, :, None], time_rows[:, None, :]])
     w_freq = tables.w_freq[cell_f]  # (C, n_sf, n_int_f)
     w_time = tables.w_time[:, cell_t].transpose(1, 2, 0, 3)  # (C, n_st, n_src_t, n_int_t)
     weights = w_freq[:, :, None, None, :, None] * w_time[:, None, :, :, None, :]
@@ -205,8 +210,8 @@ def _gram_reader(indices):
 
 
 @functools.partial(jax.jit, static_argnames=("memory_budget_bytes",))
-def _quadrature(indices, amp, phase, delay_us, tables, memory_budget_bytes):
-    _, _, n_freq, n_time = amp.shape
+def _quadrature(indices, amp, amp_factor, phase, delay_us, tables, memory_budget_bytes):
+    n_ant, _, n_freq, n_time = phase.shape
     n_bl = indices.a1.shape[0]
     if n_bl == 0:
         return jnp.zeros((0, n_freq, n_time), amp.dtype)
@@ -220,18 +225,31 @@ def _quadrature(indices, amp, phase, delay_us, tables, memory_budget_bytes):
     # large array), each block gathers the touched antennas of its own cells instead: the
     # transposes are then the same for every call on the same signal (several baseline
     # groups), and XLA keeps one copy of them for all.
-    ant = None if indices.ant.shape[0] == amp.shape[0] else indices.ant
+    # With amp_factor the per-antenna signal is never formed whole: each block multiplies the
+    # shared amp by the factor at its own cells, so reverse mode accumulates the cotangent of
+    # the shared part (no antenna axis) rather than of a signal-sized array per call.
+    ant = None if indices.ant.shape[0] == n_ant else indices.ant
     n_u = indices.ant.shape[0]
-    copy_bytes = sum(x.size * x.dtype.itemsize for x in (amp, phase, delay_us))
-    if ant is not None and copy_bytes * n_u <= memory_budget_bytes * amp.shape[0]:
-        amp, phase, delay_us = (x[ant] for x in (amp, phase, delay_us))
+    per_antenna = [
+        x for x in (amp, amp_factor, phase, delay_us) if x is not None and x.shape[0] > 1
+    ]
+    copy_bytes = sum(x.size * x.dtype.itemsize for x in per_antenna)
+    if ant is not None and copy_bytes * n_u <= memory_budget_bytes * n_ant:
+        if amp_factor is None:
+            amp = amp[ant]
+        else:
+            amp_factor = amp_factor[ant]
+        phase, delay_us = phase[ant], delay_us[ant]
         ant = None
     amp, phase = (x.transpose(2, 3, 1, 0) for x in (amp, phase))  # (F, T, n_rfi, n_ant | n_u)
+    if amp_factor is not None:
+        amp_factor = amp_factor.transpose(2, 3, 1, 0)
     delay_us = delay_us.transpose(2, 1, 3, 0)  # (T, n_rfi, n_path, n_ant | n_u)
     read = _gram_reader(indices)
 
     def block(coordinates):
-        return read(_fine_signal(*coordinates, amp, phase, delay_us, tables, ant)).T
+        signal = _fine_signal(*coordinates, amp, amp_factor, phase, delay_us, tables, ant)
+        return read(signal).T
 
     size, n_blocks = block_size(n_freq * n_time, per_cell, memory_budget_bytes)
     cells = padded_blocks(n_freq * n_time, size, n_blocks)
@@ -253,6 +271,7 @@ def quadrature_eval_with_indices(
     freq_mhz,
     *,
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+    amp_factor=None,
 ):
     """RFI visibilities by quadrature over fine samples, for the baselines of ``indices``.
 
@@ -264,7 +283,8 @@ def quadrature_eval_with_indices(
 
     Args:
         indices: from :func:`make_indices` for ``n_ant`` antennas and ``n_bl`` baselines.
-        amp: (n_ant, n_rfi, n_freq, n_time) complex64 or complex128 signal per data cell.
+        amp: (n_ant, n_rfi, n_freq, n_time) complex64 or complex128 signal per data cell; with
+            ``amp_factor``, (1, n_rfi, n_freq, n_time), the part every antenna shares.
         phase: (n_ant, n_rfi, n_freq, n_time) real phase (rad) at each channel and cell centre.
         delay_us: (n_ant, n_rfi, n_time, n_path >= 1) real delay (us) relative to the array
             mean at each cell centre, then its time derivatives (us/s**k).
@@ -278,16 +298,21 @@ def quadrature_eval_with_indices(
             rising or setting within an integration).
         freq_mhz: (n_freq,) channel centres (MHz).
         memory_budget_bytes: approximate bytes of fine-grid intermediates per block of cells.
+        amp_factor: None, or (n_ant, n_rfi, n_freq, n_time) real: each antenna's factor of a
+            signal ``amp_factor[a] * amp[0]`` whose varying part ``amp`` all antennas share
+            (a known beam and distance seen by each antenna, say). The result equals passing
+            the product as ``amp``, but the product is formed only at each block's cells, so
+            neither it nor (in reverse mode) its cotangent is ever held whole.
 
     Returns:
         (n_bl, n_freq, n_time) visibilities in amp's dtype.
 
     Real arrays must be float32 with complex64 and float64 with complex128. ``amp``,
-    ``phase`` and ``delay_us`` are differentiated; the tables, offsets and channel centres are
-    constants (zero gradient).
+    ``amp_factor``, ``phase`` and ``delay_us`` are differentiated; the tables, offsets and
+    channel centres are constants (zero gradient).
     """
     real, _, _, _ = _validate.signal(
-        _FN, indices, amp, phase, delay_us, w_freq, start_freq, dnu_mhz, freq_mhz
+        _FN, indices, amp, phase, delay_us, w_freq, start_freq, dnu_mhz, freq_mhz, amp_factor
     )
     n_rfi, n_time = amp.shape[1], amp.shape[3]
     per_source = getattr(w_time, "ndim", 0) == 4
@@ -318,4 +343,6 @@ def quadrature_eval_with_indices(
         dt,
         freq_mhz,
     )
-    return _quadrature(indices, amp, phase, delay_us, tables, memory_budget_bytes=budget)
+    return _quadrature(
+        indices, amp, amp_factor, phase, delay_us, tables, memory_budget_bytes=budget
+    )

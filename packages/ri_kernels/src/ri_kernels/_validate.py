@@ -72,8 +72,8 @@ def indices(fn: str, index_set, n_ant: int) -> int:
         )
     if index_set.n_ant != n_ant:
         raise ValueError(
-            f"{fn}: indices were built for n_ant = {index_set.n_ant} but amp has "
-            f"{n_ant} antennas on axis 0"
+            f"{fn}: indices were built for n_ant = {index_set.n_ant} but the signal has "
+            f"{n_ant} antennas on axis 0 (of amp, or of amp_factor when given)"
         )
     for name, bound in index_shapes(index_set.n_bl, n_ant).items():
         leaf = getattr(index_set, name)
@@ -178,7 +178,9 @@ def budget(fn: str, memory_budget_bytes) -> int:
     return option(fn, "memory_budget_bytes", memory_budget_bytes, 1, 1 << 50)
 
 
-def signal(fn: str, index_set, amp, phase, delay_us, w_freq, start_freq, dnu_mhz, freq_mhz):
+def signal(
+    fn: str, index_set, amp, phase, delay_us, w_freq, start_freq, dnu_mhz, freq_mhz, amp_factor=None
+):
     """Checks shared by both operators. Returns (real dtype, n_bl, n_path, n_int_f)."""
     real = precision(fn, amp)
     if amp.ndim != 4:
@@ -186,9 +188,24 @@ def signal(fn: str, index_set, amp, phase, delay_us, w_freq, start_freq, dnu_mhz
             f"{fn}: amp has shape {tuple(amp.shape)}; expected 4 axes "
             f"(n_ant, n_rfi, n_freq, n_time)"
         )
-    n_ant, n_rfi, n_freq, n_time = amp.shape
+    shape = tuple(amp.shape)
+    if amp_factor is not None:
+        if amp.shape[0] != 1:
+            raise ValueError(
+                f"{fn}: with amp_factor, amp is the part of the signal every antenna shares, "
+                f"(1, n_rfi, n_freq, n_time); got shape {shape}. Pass amp_factor=None for a "
+                f"signal per antenna"
+            )
+        if getattr(amp_factor, "ndim", 0) != 4:
+            raise ValueError(
+                f"{fn}: amp_factor has shape {tuple(getattr(amp_factor, 'shape', ()))}; "
+                f"expected (n_ant, n_rfi, n_freq, n_time)"
+            )
+        shape = (amp_factor.shape[0], *shape[1:])
+        array(fn, "amp_factor", amp_factor, real, shape, "(n_ant, n_rfi, n_freq, n_time)")
+    n_ant, n_rfi, n_freq, n_time = shape
     n_bl = indices(fn, index_set, n_ant)
-    array(fn, "phase", phase, real, amp.shape, "(n_ant, n_rfi, n_freq, n_time), amp's shape")
+    array(fn, "phase", phase, real, shape, "(n_ant, n_rfi, n_freq, n_time), the signal's shape")
     if getattr(delay_us, "ndim", 0) != 4 or delay_us.shape[3] < 1:
         raise ValueError(
             f"{fn}: delay_us has shape {tuple(getattr(delay_us, 'shape', ()))}; expected "

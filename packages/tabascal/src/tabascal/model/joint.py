@@ -810,7 +810,7 @@ def predict_rfi(
     """RFI visibilities (n_bl, n_freq, n_time) alone, before the gains; orbit_params: the
     orbit corrections (``ModelParams.orbits``), None for the orbits as given; source: None
     for every satellite's, or one satellite's index (may be traced) for its alone."""
-    amp = rfi_signal.forward(rfi_params, corrected_signal(constants, orbit_params))
+    amp, factor = rfi_signal.forward_parts(rfi_params, corrected_signal(constants, orbit_params))
     if source is not None:
         amp = jnp.where((jnp.arange(amp.shape[1]) == source)[None, :, None, None], amp, 0)
     phase, delay_us = orbit_corrections.corrected(
@@ -825,4 +825,5 @@ def predict_rfi(
         spec.groups,
         spec.n_bl,
         spec.rfi_vis,
+        factor,
     )

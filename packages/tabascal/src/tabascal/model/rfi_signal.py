@@ -266,9 +266,22 @@ def _amplitude(constants: RfiSignalConstants) -> jax.Array:
 
 def forward(params: RfiSignalParams, constants: RfiSignalConstants) -> jax.Array:
     """RFI signal, (n_ant, n_src, n_freq, n_time) complex (formula in the module docstring)."""
+    amp, factor = forward_parts(params, constants)
+    return amp if factor is None else amp * factor
+
+
+def forward_parts(params: RfiSignalParams, constants: RfiSignalConstants):
+    """The signal as the operators take it: (amp, amp_factor). The per-antenna signal is
+    ``(forward(...), None)``; the shared one is u (1, n_src, n_freq, n_time) complex and its
+    known factor (n_ant, n_src, n_freq, n_time) real, whose product the operators form only at
+    each block's cells (``ri_kernels``' ``amp_factor``), so that neither the product nor its
+    cotangent is ever held whole."""
     z = _fourier.complex_from_stacked(params.z)
     amp = _fourier.modes_to_grid(z, _amplitude(constants), constants.dft_freq, constants.dft_time)
-    return (amp + constants.mean[:, :, None, None]) * constants.mask * constants.factor
+    amp = (amp + constants.mean[:, :, None, None]) * constants.mask
+    if is_shared(constants):
+        return amp, constants.factor
+    return amp * constants.factor, None
 
 
 def prior(params: RfiSignalParams) -> jax.Array:

@@ -357,19 +357,26 @@ def evaluate_group(
     delay_us: jax.Array,
     freq_mhz: jax.Array,
     config: RfiVisConfig,
+    amp_factor: jax.Array | None = None,
 ) -> jax.Array:
     """Visibilities (n_rows, n_freq, n_time) of one group's baselines.
 
-    amp: (n_ant, n_src, n_freq, n_time) complex; phase: same shape, real (rad);
+    amp: (n_ant, n_src, n_freq, n_time) complex, or with ``amp_factor`` (n_ant, n_src,
+    n_freq, n_time) real the part every antenna shares, (1, n_src, n_freq, n_time)
+    (``rfi_signal.forward_parts``); phase: (n_ant, n_src, n_freq, n_time) real (rad);
     delay_us: (n_ant, n_src, n_time, n_path); freq_mhz: (n_freq,).
     """
     signal = (tables.indices, amp, phase, delay_us, *_grid(tables, freq_mhz))
     if spec.operator == "quadrature":
         return ri_kernels.quadrature_eval_with_indices(
-            *signal, memory_budget_bytes=config.memory_budget_bytes
+            *signal, memory_budget_bytes=config.memory_budget_bytes, amp_factor=amp_factor
         )
     return ri_kernels.analytic_eval_with_indices(
-        *signal, **_analytic_options(config), moments=tables.moments, view=tables.view
+        *signal,
+        **_analytic_options(config),
+        moments=tables.moments,
+        view=tables.view,
+        amp_factor=amp_factor,
     )
 
 
@@ -442,11 +449,13 @@ def forward(
     specs: tuple[GroupSpec, ...],
     n_bl: int,
     config: RfiVisConfig,
+    amp_factor: jax.Array | None = None,
 ) -> jax.Array:
-    """RFI visibilities (n_bl, n_freq, n_time) of every baseline, each group writing its rows."""
+    """RFI visibilities (n_bl, n_freq, n_time) of every baseline, each group writing its rows;
+    amp and amp_factor as ``evaluate_group`` takes them."""
     n_freq, n_time = amp.shape[2], amp.shape[3]
     vis = jnp.zeros((n_bl, n_freq, n_time), amp.dtype)
     for spec, tables in zip(specs, groups, strict=True):
-        out = evaluate_group(spec, tables, amp, phase, delay_us, freq_mhz, config)
+        out = evaluate_group(spec, tables, amp, phase, delay_us, freq_mhz, config, amp_factor)
         vis = vis.at[tables.rows].set(out, unique_indices=True)
     return vis

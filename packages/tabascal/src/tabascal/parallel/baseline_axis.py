@@ -424,8 +424,10 @@ def rfi_block(rfi_params, signal, phase, delay_us, freq_mhz, groups, spec: Shard
     n_ant_total, ...); groups: this device's tables, indices and positions with a leading axis of 1
     (antenna ids in the device's numbering: global, or compact with a reuse plan). The signal
     is synthesised here for the device's antennas alone (with a reuse plan, its compact table),
-    so its fine-grid arrays and their cotangents scale with those antennas; the replicated
-    parameters' gradients are summed over devices by the map's transpose.
+    so its fine-grid arrays and their cotangents scale with those antennas; the shared signal
+    is passed to the operators as its part shared by every antenna and the factor, whose
+    product they form per block (``rfi_signal.forward_parts``). The replicated parameters'
+    gradients are summed over devices by the map's transpose.
     """
     # Varying from the parameters on: every group's cotangent then accumulates on the device
     # and crosses devices once, as the modes' gradient, rather than once per group as a
@@ -437,7 +439,7 @@ def rfi_block(rfi_params, signal, phase, delay_us, freq_mhz, groups, spec: Shard
         device_params, device_signal = rfi_signal.take_antennas(
             varying, signal, lambda x: _device_antennas(x, spec)
         )
-    amp = rfi_signal.forward(device_params, device_signal)
+    amp, factor = rfi_signal.forward_parts(device_params, device_signal)
     phase, delay_us = _device_geometry(phase, delay_us, spec)
     n_freq, n_time = amp.shape[2], amp.shape[3]
     block = jnp.zeros((spec.block_size + 1, n_freq, n_time), amp.dtype)
@@ -447,7 +449,7 @@ def rfi_block(rfi_params, signal, phase, delay_us, freq_mhz, groups, spec: Shard
             moments=None if tables.moments is None else tables.moments[0],
         )
         out = rfi_vis.evaluate_group(
-            group_spec, local, amp, phase, delay_us, freq_mhz, spec.model.rfi_vis
+            group_spec, local, amp, phase, delay_us, freq_mhz, spec.model.rfi_vis, factor
         )
         # Real positions are distinct; padded entries all add into the spare row B.
         block = block.at[tables.rows[0]].add(out)

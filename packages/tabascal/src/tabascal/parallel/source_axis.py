@@ -138,24 +138,25 @@ def _group_specs(groups) -> tuple:
 def predict_rfi(rfi_params, constants: joint.ModelConstants, spec: SourceShardedSpec):
     """RFI visibilities (n_bl, n_freq, n_time), replicated: the sum over devices of each
     device's sources' visibilities."""
-    amp = jax.lax.with_sharding_constraint(
-        rfi_signal.forward(rfi_params, constants.rfi_signal), NamedSharding(spec.mesh, SOURCE)
-    )
+    parts = rfi_signal.forward_parts(rfi_params, constants.rfi_signal)
+    amp, factor = jax.lax.with_sharding_constraint(parts, NamedSharding(spec.mesh, SOURCE))
     model = spec.model
 
-    def local(amp, phase, delay_us, freq_mhz, groups):
+    def local(amp, factor, phase, delay_us, freq_mhz, groups):
         vis = rfi_vis.forward(
-            amp, phase, delay_us, freq_mhz, groups, model.groups, model.n_bl, model.rfi_vis
+            amp, phase, delay_us, freq_mhz, groups, model.groups, model.n_bl, model.rfi_vis, factor
         )
         return jax.lax.psum(vis, AXIS)
 
     mapped = jax.shard_map(
         local,
         mesh=spec.mesh,
-        in_specs=(SOURCE, SOURCE, SOURCE, P(), _group_specs(constants.groups)),
+        in_specs=(SOURCE, SOURCE, SOURCE, SOURCE, P(), _group_specs(constants.groups)),
         out_specs=P(),
     )
-    return mapped(amp, constants.phase, constants.delay_us, constants.freq_mhz, constants.groups)
+    return mapped(
+        amp, factor, constants.phase, constants.delay_us, constants.freq_mhz, constants.groups
+    )
 
 
 def predict(params: joint.ModelParams, constants, spec: SourceShardedSpec) -> joint.Prediction:
