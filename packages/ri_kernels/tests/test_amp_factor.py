@@ -5,7 +5,8 @@ product agrees with the brute-force references.
 The operators with the product passed whole are themselves checked against the references
 and finite differences elsewhere (test_quadrature, test_analytic, test_gradients); here the
 factored path, which forms the product only at each block's cells, is compared with them on
-blocks small enough to run under ``lax.map`` and on lists that touch a subset of antennas.
+blocks small enough to run under ``lax.map`` and on lists that touch a subset of antennas, and
+on one block (where the quadrature operator forms the product up front).
 """
 
 import jax

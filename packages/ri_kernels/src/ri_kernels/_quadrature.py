@@ -225,9 +225,15 @@ def _quadrature(indices, amp, amp_factor, phase, delay_us, tables, memory_budget
     # large array), each block gathers the touched antennas of its own cells instead: the
     # transposes are then the same for every call on the same signal (several baseline
     # groups), and XLA keeps one copy of them for all.
-    # With amp_factor the per-antenna signal is never formed whole: each block multiplies the
-    # shared amp by the factor at its own cells, so reverse mode accumulates the cotangent of
-    # the shared part (no antenna axis) rather than of a signal-sized array per call.
+    # With amp_factor and several blocks the per-antenna signal is never formed whole: each
+    # block multiplies the shared amp by the factor at its own cells, so the block loop's
+    # reverse mode accumulates the cotangent of the shared part (no antenna axis) rather than
+    # of a signal-sized array per call. With one block there is no loop, and the signal is
+    # smaller than the block's own fine-grid intermediates: the product is formed up front,
+    # which was faster (a 64-station, 4-channel step 0.065 s against 0.073 s per block).
+    size, n_blocks = block_size(n_freq * n_time, per_cell, memory_budget_bytes)
+    if amp_factor is not None and n_blocks == 1:
+        amp, amp_factor = amp_factor * amp, None
     ant = None if indices.ant.shape[0] == n_ant else indices.ant
     n_u = indices.ant.shape[0]
     per_antenna = [
@@ -251,7 +257,6 @@ def _quadrature(indices, amp, amp_factor, phase, delay_us, tables, memory_budget
         signal = _fine_signal(*coordinates, amp, amp_factor, phase, delay_us, tables, ant)
         return read(signal).T
 
-    size, n_blocks = block_size(n_freq * n_time, per_cell, memory_budget_bytes)
     cells = padded_blocks(n_freq * n_time, size, n_blocks)
     vis = unblock_cells(map_blocks(block, cell_coordinates(cells, n_time)), n_bl, n_freq, n_time)
     return vis / (n_int_f * n_int_t)
@@ -301,8 +306,9 @@ def quadrature_eval_with_indices(
         amp_factor: None, or (n_ant, n_rfi, n_freq, n_time) real: each antenna's factor of a
             signal ``amp_factor[a] * amp[0]`` whose varying part ``amp`` all antennas share
             (a known beam and distance seen by each antenna, say). The result equals passing
-            the product as ``amp``, but the product is formed only at each block's cells, so
-            neither it nor (in reverse mode) its cotangent is ever held whole.
+            the product as ``amp``; where the work runs in several blocks the product is
+            formed only at each block's cells, so neither it nor (in reverse mode) its
+            cotangent is ever held whole.
 
     Returns:
         (n_bl, n_freq, n_time) visibilities in amp's dtype.
