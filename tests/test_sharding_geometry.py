@@ -1,13 +1,12 @@
 """The RFI geometry placed per device equals the single-device model.
 
-With the reuse plan and fixed orbits the baseline axis places the per-antenna phase and delays,
-and the shared RFI signal's per-antenna factor, per device (``ShardedSpec.device_geometry``):
-(n_dev, n_ant_total, ...) on ``P("bl")``, each device holding only the antennas of its compact
-table, in its operators' numbering. Where a device's table is no narrower than every antenna (no
-reuse plan, or the plan on 1 and 2 devices of the 8-station store, whose lower bound is all 8)
-the geometry stays replicated. These tests check that choice and the per-device rows, and that
-the loss and its gradient equal the single-device model's on 1 to 4 devices, with and without
-the reuse plan (on 3 and 4 devices the plan gives each device 5 or 6 of the 8 antennas).
+With fixed orbits the baseline axis places the per-antenna phase and delays, and the shared RFI
+signal's per-antenna factor, per device (``ShardedSpec.device_geometry``): (n_dev,
+n_ant_total, ...) on ``P("bl")``, each device holding the rows of its antennas in its
+operators' numbering: with the reuse plan only those of its compact table, without it every
+antenna's and the ghosts' (zero rows). These tests check the per-device rows, and that the loss
+and its gradient equal the single-device model's on 1 to 4 devices, with and without the reuse
+plan (on 3 and 4 devices the plan gives each device 5 or 6 of the 8 antennas).
 """
 
 import jax
@@ -58,15 +57,13 @@ def _relative(a, b) -> float:
 
 
 def _check_geometry_placement(sharded, model):
-    """Per device exactly where the compact tables are narrower than every antenna: each
-    device then holds its antennas' phase and delays and zero rows for the rest; replicated
-    otherwise."""
+    """Per device (the orbits are fixed): each device holds its antennas' phase and delays
+    and zero rows for the rest, as its operators number them."""
     spec = sharded.spec
     n_ant = model.spec.n_ant
-    narrower = spec.antenna_ids is not None and sharded.plan.n_ant_total < n_ant
-    assert spec.device_geometry == narrower
+    assert spec.device_geometry
     if spec.reuse is not None and spec.n_dev >= 3:
-        assert narrower, sharded.plan.reuse.summary()
+        assert sharded.plan.n_ant_total < n_ant, sharded.plan.reuse.summary()
     # The shared signal (the default) has each antenna's factor, placed with the geometry.
     assert rfi_signal.is_shared(model.constants.rfi_signal)
     for name in ("phase", "delay_us", "factor"):
@@ -75,11 +72,12 @@ def _check_geometry_placement(sharded, model):
             for c in (sharded.constants, model.constants)
         )
         whole = np.asarray(whole)
-        if not narrower:
-            assert placed.shape == whole.shape, name
-            assert placed.sharding.is_fully_replicated, name
-            continue
-        rows = np.asarray(spec.antenna_ids)
+        rows = baseline_axis.device_antenna_table(spec)
+        if spec.reuse is None:  # every antenna in order, then the ghosts
+            assert sharded.plan.n_ant_total == n_ant + spec.n_ghost
+            every = np.tile(np.arange(n_ant), (spec.n_dev, 1))
+            np.testing.assert_array_equal(rows[:, :n_ant], every)
+            assert np.all(rows[:, n_ant:] == n_ant)  # the ghosts select the zero row
         assert placed.shape == (spec.n_dev, sharded.plan.n_ant_total, *whole.shape[1:]), name
         assert placed.sharding.is_equivalent_to(NamedSharding(spec.mesh, P("bl")), placed.ndim)
         shards = placed.addressable_shards
@@ -119,8 +117,7 @@ def _equivalence(reference, n_dev, reuse):
     }
     loss_error = abs(float(value) / ref_value - 1)
     label = "reuse" if reuse else "baseline"
-    where = "per device" if spec.device_geometry else "replicated"
-    print(f"{label} on {n_dev}, geometry {where}: loss {loss_error:.1e}, gradient {errors}")
+    print(f"{label} on {n_dev}, geometry per device: loss {loss_error:.1e}, gradient {errors}")
     # float64, every case: loss measured 1.1e-15 at most (baseline on 4; 1.7e-15 on 2 devices
     # with other, then uncommitted, model defaults), gradient 2.8e-16 (rfi).
     assert loss_error <= 2e-13

@@ -93,10 +93,10 @@ def test_every_baseline_shaped_array_divides_over_four_devices(model, reuse):
 
 
 def test_rfi_geometry_per_device_holds_only_its_antennas(model):
-    """With the reuse plan the RFI phase and delays and the shared signal's factor (per
-    antenna, replicated before) are placed per device: each device holds the rows of its
-    compact antenna table and no more. Without the plan every device touches every antenna,
-    and they stay replicated."""
+    """The RFI phase and delays and the shared signal's factor (per antenna) are placed per
+    device: with the reuse plan each device holds the rows of its compact antenna table and no
+    more; without it every device touches every antenna and holds them all, with the ghosts
+    appended (zero rows the step would otherwise pad on)."""
     geometry = {
         "phase": lambda c: c.phase,
         "delay_us": lambda c: c.delay_us,
@@ -105,9 +105,11 @@ def test_rfi_geometry_per_device_holds_only_its_antennas(model):
     n_ant = model.spec.n_ant
     assert model.constants.rfi_signal.factor.shape[0] == n_ant
     plain = baseline_axis.shard_model(model, baseline_axis.make_mesh(N_DEVICES))
-    assert not plain.spec.device_geometry
+    assert plain.spec.device_geometry
+    with_ghosts = (n_ant + plain.spec.n_ghost) / n_ant
     for name, get in geometry.items():
-        assert _largest_shard(get(plain.constants)) == get(model.constants).nbytes, name
+        ratio = _largest_shard(get(plain.constants)) / get(model.constants).nbytes
+        assert ratio == pytest.approx(with_ghosts, rel=1e-12), name
 
     sharded = baseline_axis.shard_model(model, baseline_axis.make_mesh(N_DEVICES), reuse=True)
     assert sharded.spec.device_geometry

@@ -16,11 +16,12 @@ permutation, so results leave in the data's order either way.
 Placement: every array with a baseline axis (data, a1, a2, the sky constants'
 ``sky.BASELINE_FIELDS``, the sky parameters and every visibility-shaped intermediate) lives on
 ``P("bl")``; per-antenna and per-source parameters (RFI signal modes, gains) and freq_mhz are
-replicated. With the reuse plan and fixed orbits the RFI geometry (phase, delay_us, and the
-shared signal's per-antenna factor) is placed per device (``ShardedSpec.device_geometry``):
-(n_dev, n_ant_total, ...) on ``P("bl")``, each device holding the rows of its compact antenna
-table, so no device holds or copies the geometry of antennas it does not use; otherwise (every
-device touching every antenna, or fitted orbits, corrected before the map) it is replicated. The
+replicated. With fixed orbits the RFI geometry (phase, delay_us, and the shared signal's
+per-antenna factor) is placed per device (``ShardedSpec.device_geometry``): (n_dev,
+n_ant_total, ...) on ``P("bl")``, each device holding the rows of its antennas
+(``device_antenna_table``): with the reuse plan its compact table's, so no device holds or
+copies the geometry of antennas it does not use; without it every antenna's with the ghosts
+appended. With fitted orbits, corrected before the map, it is replicated. The
 RFI term runs in ``shard_map``: each device synthesises the per-antenna signal of its antennas
 from the replicated parameters (all of them, or with a reuse plan its compact table), appends
 the plan's ghost antennas (zero signal), evaluates each group with its own stacked index arrays
@@ -204,15 +205,23 @@ def factor_per_device(signal: rfi_signal.RfiSignalConstants) -> bool:
     return signal.factor.ndim == 5
 
 
-def antenna_weights(spec: ShardedSpec) -> np.ndarray:
-    """(n_dev, n_ant_total) float64 for a spec with a reuse plan's compact tables: for each
-    device's compact antennas, one over the number of devices that hold that antenna, 0 for
-    ghosts and unused slots; a per-device, per-antenna quantity summed with these weights
-    counts every antenna once."""
-    if spec.antenna_ids is None:
-        raise ValueError("antenna_weights: the spec has no compact antenna tables (no reuse plan)")
+def device_antenna_table(spec: ShardedSpec) -> np.ndarray:
+    """(n_dev, n_ant_total) int64: the global antenna behind each of every device's antennas,
+    n_ant for a zero-signal one. With a reuse plan its compact tables; without one every
+    antenna in order, then the ghosts."""
+    if spec.antenna_ids is not None:
+        return np.asarray(spec.antenna_ids, np.int64)
     n_ant = spec.model.n_ant
-    ids = np.asarray(spec.antenna_ids, np.int64)
+    row = np.concatenate([np.arange(n_ant), np.full(spec.n_ghost, n_ant)])
+    return np.tile(row, (spec.n_dev, 1))
+
+
+def antenna_weights(spec: ShardedSpec) -> np.ndarray:
+    """(n_dev, n_ant_total) float64: for each device's antennas (``device_antenna_table``), one
+    over the number of devices that hold that antenna, 0 for ghosts and unused slots; a
+    per-device, per-antenna quantity summed with these weights counts every antenna once."""
+    n_ant = spec.model.n_ant
+    ids = device_antenna_table(spec)
     real = ids < n_ant
     holders = np.bincount(ids[real], minlength=n_ant)
     weights = np.zeros(ids.shape)
@@ -220,14 +229,14 @@ def antenna_weights(spec: ShardedSpec) -> np.ndarray:
     return weights
 
 
-def _geometry_by_device(constants: joint.ModelConstants, plan, n_ant: int) -> bool:
+def _geometry_by_device(constants: joint.ModelConstants) -> bool:
     """Whether the RFI phase and delays (and the shared signal's factor) are placed per device:
-    where each device's antennas (ghosts included) are fewer than all of them, which takes the
-    reuse plan's compact tables, and the orbits are fixed (fitted orbits correct the delays of
-    every antenna before the map). Without the plan every device takes every antenna and its
-    ghosts: bench-512 on 4 devices measured 8 MB more per device placed that way than
-    replicated, and the same step."""
-    return constants.orbits is None and plan.n_ant_total < n_ant
+    where the orbits are fixed (fitted orbits correct the delays of every antenna before the
+    map). With the reuse plan each device then holds only its compact table's antennas;
+    without it every antenna and the ghosts, already appended, so that the step does not pad
+    them into copies of its own (at bench-512 on 4 devices with the trust-region polish the
+    step held three such copies at its peak, 209 MB)."""
+    return constants.orbits is None
 
 
 class RowPlacement(NamedTuple):
@@ -270,7 +279,7 @@ def plan_rows(
         plan.n_ghost,
         antenna_ids=antenna_ids,
         reuse=reuse_plan,
-        device_geometry=_geometry_by_device(constants, plan, model_spec.n_ant),
+        device_geometry=_geometry_by_device(constants),
     )
     order = None if reuse_plan is None else np.asarray(reuse_plan.order)
     return RowPlacement(spec, plan, reuse_plan, order)
@@ -284,11 +293,11 @@ def place_rows(array, fill, placement: RowPlacement) -> jax.Array:
 
 def place_geometry(array, spec: ShardedSpec) -> jax.Array:
     """A per-antenna array (n_ant, ...) as (n_dev, n_ant_total, ...) on ``P("bl")``: device d
-    holds the rows of its compact antenna table (``spec.antenna_ids[d]``), zeros for ghosts
-    and unused slots, built on the host from its rows alone."""
+    holds the rows of its antennas (``device_antenna_table``), zeros for ghosts and unused
+    slots, built on the host from its rows alone."""
     array = np.asarray(array)
     padded = np.concatenate([array, np.zeros((1, *array.shape[1:]), array.dtype)])
-    rows = np.asarray(spec.antenna_ids, np.int64)
+    rows = device_antenna_table(spec)
     shape = (spec.n_dev, rows.shape[1], *array.shape[1:])
 
     def block(index):
