@@ -361,9 +361,9 @@ def evaluate_group(
 ) -> jax.Array:
     """Visibilities (n_rows, n_freq, n_time) of one group's baselines.
 
-    amp: (n_ant, n_src, n_freq, n_time) complex, or with ``amp_factor`` (n_ant, n_src,
-    n_freq, n_time) real the part every antenna shares, (1, n_src, n_freq, n_time)
-    (``rfi_signal.forward_parts``); phase: (n_ant, n_src, n_freq, n_time) real (rad);
+    amp: (n_ant, n_src, n_freq, n_time) complex; or, with ``amp_factor`` (each antenna's real
+    factor, (n_ant, n_src, n_freq, n_time)), the part every antenna shares, (1, n_src, n_freq,
+    n_time) (``rfi_signal.forward_parts``); phase: (n_ant, n_src, n_freq, n_time) real (rad);
     delay_us: (n_ant, n_src, n_time, n_path); freq_mhz: (n_freq,).
     """
     signal = (tables.indices, amp, phase, delay_us, *_grid(tables, freq_mhz))
