@@ -70,6 +70,14 @@ def _arguments(argv=None):
         "within the budget, always, or formed at every step)",
     )
     parser.add_argument(
+        "--phase-cache-mb",
+        type=float,
+        default=1024.0,
+        help="rfi.phase_cache_mb under auto, MiB per device (default 1024): fixed, since the "
+        "default budget follows the device's memory, and these are compile-only figures for "
+        "devices other than this host's virtual ones",
+    )
+    parser.add_argument(
         "--cpu-scheduler",
         default="concurrency",
         choices=list(_common.CPU_SCHEDULERS),
@@ -103,9 +111,11 @@ def _stage_record(report) -> dict:
     }
 
 
-def measure(model, axis: str, n_dev: int, fit_config, phase_cache: str = "auto") -> dict:
+def measure(
+    model, axis: str, n_dev: int, fit_config, phase_cache: str = "auto", budget_mib=1024.0
+) -> dict:
     """Place ``model`` (abstract) on ``axis`` over ``n_dev`` devices with ``rfi.phase_cache``
-    set to ``phase_cache`` and compile its stages."""
+    set to ``phase_cache`` within ``budget_mib`` per device and compile its stages."""
     import dataclasses
 
     import jax
@@ -113,7 +123,9 @@ def measure(model, axis: str, n_dev: int, fit_config, phase_cache: str = "auto")
     from tabascal.parallel import routes
     from tabascal.planning import stages
 
-    rfi_vis = dataclasses.replace(model.spec.rfi_vis, phase_cache=phase_cache)
+    rfi_vis = dataclasses.replace(
+        model.spec.rfi_vis, phase_cache=phase_cache, phase_cache_mb=budget_mib
+    )
     model = dataclasses.replace(model, spec=dataclasses.replace(model.spec, rfi_vis=rfi_vis))
     start = time.perf_counter()
     route = routes.route(axis)
@@ -221,7 +233,10 @@ def main(argv=None) -> list[dict]:
                             "sky_modes": model.info["sky_modes"],
                         }
                         try:
-                            record.update(measure(model, axis, n_dev, fit_config, phase_cache))
+                            budget = options.phase_cache_mb
+                            record.update(
+                                measure(model, axis, n_dev, fit_config, phase_cache, budget)
+                            )
                         except ValueError as error:  # e.g. a plan a device count cannot take
                             record["error"] = f"{type(error).__name__}: {error}"
                         record["load_average"] = list(__import__("os").getloadavg())

@@ -335,6 +335,7 @@ def _compile_axis(axis, model, options, optimizer):
 
     from tabascal.fitting import optimiser
     from tabascal.parallel import routes
+    from tabascal.planning import memory
 
     route = routes.route(axis)
     placed = route.place(model, route.make_mesh(options.devices))
@@ -349,6 +350,7 @@ def _compile_axis(axis, model, options, optimizer):
         "per_step": [],
         "phase_cache": placed.info["rfi_phase_cache"],
         "placement": _placement(placed),
+        "step_memory": memory.stage_memory(compiled).as_dict(),
     }
     run["cost"] = step_cost(compiled)
     start = time.perf_counter()
@@ -380,6 +382,15 @@ def _print_costs(runs: dict, n_dev: dict, options) -> None:
             f"{axis:>8} {n_dev[axis]:>7} {per['flops'] / 1e9:10.4g} "
             f"{per['bytes_accessed'] / 1e9:8.4g} {per['transcendentals'] / 1e9:10.4g} "
             f"{per['flops'] * n_dev[axis] / 1e9:10.4g} {ratio:>7}"
+        )
+    print("XLA's buffer assignment of the step, per device: GiB of arguments (data, constants,")
+    print("kept phase moments, state) and of temporaries")
+    print(f"{'axis':>8} {'arguments':>10} {'temporaries':>12} {'moments kept':>13}")
+    for axis, run in runs.items():
+        mem, kept = run["step_memory"], run["phase_cache"]["kept_mib_per_device"] / 1024
+        print(
+            f"{axis:>8} {mem['arguments'] / 2**30:10.3f} {mem['temporaries'] / 2**30:12.3f} "
+            f"{kept:13.3f}"
         )
     if options.pieces:
         print("GFLOP per device by term (forward and backward, each compiled on its own)")
@@ -481,6 +492,7 @@ def main(argv=None) -> list[dict]:
                 "phase_cache_mode": options.phase_cache,
                 "phase_cache": run["phase_cache"],
                 "placement": run["placement"],
+                "step_memory_per_device": run["step_memory"],
                 "cost_only": options.cost_only,
                 "compile_seconds": run["compile_seconds"],
                 "pieces_compile_seconds": run["pieces_compile_seconds"],

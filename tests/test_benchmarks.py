@@ -34,6 +34,9 @@ def test_memory_records_one_peak_per_device_for_each_axis_and_device_count(recor
         for key in ("preset", "channels", "date", "commit", "machine", "jax"):
             assert key in r, key
         assert len(r["peak_bytes"]) == r["devices"] == len(r["placed_bytes"])
+        # a fixed budget (--phase-cache-mb, 1024 by default), not this host's memory
+        assert r["phase_cache"]["budget_mib"] == 1024.0
+        assert r["phase_cache"]["budget_from"] == "phase_cache_mb"
         assert set(r["stages"]) == {
             "setup", "optimiser_init", "diagnostics", "step", "predict", "export"
         }  # fmt: skip
@@ -188,6 +191,9 @@ def test_step_time_cost_only_reports_each_axis_work_per_device_and_over_devices(
             none = step_costs["none"][f"{k}_per_device"]
             assert r[f"{k}_total_over_none"] == pytest.approx(r[f"{k}_total"] / none)
         assert set(r["flops_per_device_by_piece"]) == {"rfi", "sky", "gains", "other"}
+        step_memory = r["step_memory_per_device"]
+        assert set(step_memory) == {"arguments", "outputs", "temporaries", "aliased", "peak"}
+        assert step_memory["arguments"] > 0 and step_memory["temporaries"] > 0
         assert set(r["flops_per_device_by_rfi_group"]) == set(r["rfi_groups"])
     assert step_costs["source"]["devices"] == 2 and step_costs["none"]["devices"] == 1
 

@@ -115,3 +115,19 @@ def test_the_source_axis_forms_them_at_every_step_and_says_so(obs):
     _, placed = _placed(obs, "source", "always", 2)
     ((_, entry),) = placed.info["rfi_phase_cache"]["groups"].items()
     assert not entry["kept"] and all(t.moments is None for t in placed.constants.groups)
+
+
+def test_by_default_the_budget_is_half_of_each_virtual_devices_share_of_the_host(obs):
+    """rfi.phase_cache_mb unset: the budget follows the device's memory, which on CPU is the
+    host's shared by the process's virtual devices (read here from /proc/meminfo)."""
+    assert len(jax.devices()) == N_DEVICES, "the multi-device tests run on 4 virtual devices"
+    with open("/proc/meminfo") as meminfo:
+        host = int(next(line for line in meminfo if line.startswith("MemTotal:")).split()[1])
+    _, placed = _placed(obs, "baseline", "auto", N_DEVICES)
+    report = placed.info["rfi_phase_cache"]
+    print(report)
+    want_mib = 0.5 * host * 1024 / N_DEVICES / 2**20
+    assert report["budget_mib"] == pytest.approx(want_mib, abs=1e-3)
+    share_gib = host / N_DEVICES / 2**20
+    assert report["budget_from"] == f"phase_cache_fraction 0.5 of {share_gib:.1f} GiB"
+    assert all(g["kept"] for g in report["groups"].values())

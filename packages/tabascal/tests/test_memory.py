@@ -36,6 +36,31 @@ def test_cpu_peak_is_live_bytes_plus_the_largest_stage():
     assert peak == [b + 500 for b in live]
 
 
+def _host_bytes_from_proc() -> int:
+    with open("/proc/meminfo") as meminfo:
+        line = next(line for line in meminfo if line.startswith("MemTotal:"))
+    return int(line.split()[1]) * 1024
+
+
+def test_a_cpu_device_has_the_host_memory_shared_by_the_cpu_devices():
+    n_cpu = len(jax.devices("cpu"))
+    got = memory.device_memory_bytes(jax.devices("cpu")[0])
+    # /proc/meminfo's MemTotal (kB) is the kernel's total usable memory, the figure the
+    # physical page count multiplies out to.
+    assert abs(got - _host_bytes_from_proc() // n_cpu) <= 1024
+
+
+class _Gpu:
+    platform = "gpu"
+
+    def memory_stats(self):
+        return {"bytes_in_use": 10, "bytes_limit": 100 * 2**30}
+
+
+def test_a_device_with_allocator_statistics_has_its_allocator_limit():
+    assert memory.device_memory_bytes(_Gpu()) == 100 * 2**30
+
+
 # Lines as XLA prints them in a compiled SPMD program's HLO (names and shapes shortened).
 HLO = """\
   %all-reduce = f64[] all-reduce(f64[] %add.1), channel_id=1, replica_groups={{0,1,2,3}}

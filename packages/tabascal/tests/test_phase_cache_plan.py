@@ -27,11 +27,32 @@ def test_the_plan_keeps_analytic_groups_in_order_within_the_budget(
     config = RfiVisConfig(phase_cache=mode, phase_cache_mb=budget_mib)
     specs = (QUAD, ANALYTIC, ANALYTIC)
     sizes = [s * MIB for s in sizes_mib]
-    keep = rfi_vis.plan_phase_cache(sizes, specs, config)
+    budget = rfi_vis.phase_cache_budget_bytes(config, device_bytes=2**40)
+    assert budget == (budget_mib * MIB, "phase_cache_mb")  # set: the device's memory unused
+    keep = rfi_vis.plan_phase_cache(sizes, specs, config, budget[0])
     assert keep == want
-    report = rfi_vis.phase_cache_report(sizes[:2], specs[:2], keep[:2], config)
+    report = rfi_vis.phase_cache_report(sizes[:2], specs[:2], keep[:2], config, budget)
     assert report["mode"] == mode and set(report["groups"]) == {"analytic t1 f3"}
     assert report["kept_mib_per_device"] == (4 if keep[1] else 0)
+    assert report["budget_mib"] == budget_mib and report["budget_from"] == "phase_cache_mb"
+
+
+def test_without_phase_cache_mb_the_budget_is_a_fraction_of_the_device_memory():
+    config = RfiVisConfig()
+    assert config.phase_cache_mb is None and config.phase_cache_fraction == 0.5
+    budget, source = rfi_vis.phase_cache_budget_bytes(config, device_bytes=6 * 2**30)
+    assert budget == 3 * 2**30 and source == "phase_cache_fraction 0.5 of 6.0 GiB"
+    quarter = RfiVisConfig(phase_cache_fraction=0.25)
+    assert rfi_vis.phase_cache_budget_bytes(quarter, 6 * 2**30)[0] == 1.5 * 2**30
+    # 2.5 GiB of moments: kept within half of 6 GiB, formed at every step within a quarter
+    sizes, specs = [2.5 * 2**30], (ANALYTIC,)
+    assert rfi_vis.plan_phase_cache(sizes, specs, config, budget) == (True,)
+    assert rfi_vis.plan_phase_cache(sizes, specs, quarter, 1.5 * 2**30) == (False,)
+    # where the device's memory is unknown, 1 GiB
+    assert rfi_vis.phase_cache_budget_bytes(config, None) == (
+        2**30,
+        "the device's memory unknown: 1 GiB",
+    )
 
 
 def test_moments_bytes_are_the_bytes_of_the_moments_ri_kernels_forms():

@@ -352,16 +352,6 @@ def add_run(subparsers) -> None:
     parser.set_defaults(func=_run)
 
 
-def _device_capacity_bytes(device) -> int | None:
-    stats = device.memory_stats()
-    if stats and "bytes_limit" in stats:
-        return int(stats["bytes_limit"])
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return None
-
-
 def _phase_cache_line(report: dict) -> str:
     """What ``rfi.phase_cache`` chose per analytic group, in words."""
     if not report["groups"]:
@@ -372,7 +362,7 @@ def _phase_cache_line(report: dict) -> str:
     ]
     return (
         f"{', '.join(parts)}; phase_cache {report['mode']}, budget "
-        f"{report['budget_mib']:g} MiB per device"
+        f"{report['budget_mib']:.0f} MiB per device ({report['budget_from']})"
     )
 
 
@@ -380,7 +370,7 @@ def _plan(args: argparse.Namespace) -> int:
     from tabascal.config import run_config
     from tabascal.fitting import job
     from tabascal.parallel import routes
-    from tabascal.planning import stages
+    from tabascal.planning import memory, stages
 
     if args.data is None:
         print("tabascal plan: error: --data is required", file=sys.stderr)
@@ -404,7 +394,7 @@ def _plan(args: argparse.Namespace) -> int:
     step = next(r for r in reports if r.name == "step").memory
     devices = routes.devices(placed.spec)
     peak = max(max(r.peak) for r in reports)
-    capacity = _device_capacity_bytes(devices[0])
+    capacity = memory.device_memory_bytes(devices[0])
     print(
         f"tabascal plan: {args.data} on {len(devices)} {devices[0].platform} device(s), "
         f"shard axis {route.name}"

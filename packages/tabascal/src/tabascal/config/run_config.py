@@ -55,6 +55,7 @@ _RFI = Section(
             "memory_budget_mb",
             "phase_cache",
             "phase_cache_mb",
+            "phase_cache_fraction",
         ),
     },
 )

@@ -60,9 +60,12 @@ class RfiVisConfig:
     phase_cache: whether the analytic groups' phase moments, which fixed orbits make the same
       at every step, are formed once per fit and kept (``ri_kernels.
       analytic_moments_with_indices``): "auto" keeps the groups' moments in order while their
-      total per device fits ``phase_cache_mb``, "always" keeps every group's, "never" none (formed
+      total per device fits the budget, "always" keeps every group's, "never" none (formed
       at every evaluation, as the operator does alone).
-    phase_cache_mb: most MiB of kept moments per device under "auto".
+    phase_cache_mb: the budget, most MiB of kept moments per device under "auto"; None (the
+      default) sets it from each device's memory (``phase_cache_budget_bytes``).
+    phase_cache_fraction: with ``phase_cache_mb`` None, the budget as a fraction of a device's
+      memory (``planning.memory.device_memory_bytes``).
     """
 
     # Measured (benchmarks/leo_step.py, Gauss samples, 2026-12-01): with the analytic group's
@@ -123,12 +126,28 @@ class RfiVisConfig:
     )
     phase_cache: str = option_field(
         "auto",
-        "keep the analytic groups' phase moments across steps: within phase_cache_mb (auto), "
-        "always or never",
+        "keep the analytic groups' phase moments across steps: within the budget (auto; "
+        "phase_cache_mb), always or never",
         choices=PHASE_CACHES,
     )
-    phase_cache_mb: float = option_field(
-        1024.0, "most kept phase moments per device under phase_cache auto", "MiB", min=0.0
+    phase_cache_mb: float | None = option_field(
+        None,
+        "most kept phase moments per device under phase_cache auto; null: "
+        "phase_cache_fraction of each device's memory",
+        "MiB",
+        min=0.0,
+    )
+    # The moments replace the most costly work of an analytic group's step: at 128 stations,
+    # 4 channels, on 4 virtual devices (benchmarks/step_time.py, 2026-12-05) the reuse axis
+    # took 25.3 s a step with them kept (2466 MiB per device) and 58.4 s with them formed.
+    # Half a device's memory leaves the other half to the step, whose working set at the sizes
+    # where the moments are large is a fraction of theirs (that step's: under 1 GiB per device).
+    phase_cache_fraction: float = option_field(
+        0.5,
+        "with phase_cache_mb null, the most kept phase moments per device as a fraction of "
+        "its memory (a GPU's allocator limit; on CPU the host's memory shared by its devices)",
+        min=0.0,
+        max=1.0,
     )
 
     @property
@@ -400,11 +419,32 @@ def moments_bytes(spec: GroupSpec, n_rows: int, model_shape, config, cplx) -> in
     return math.prod(shape) * np.dtype(cplx).itemsize
 
 
-def plan_phase_cache(sizes_bytes, specs: tuple[GroupSpec, ...], config: RfiVisConfig):
+#: The budget under phase_cache "auto" where neither ``phase_cache_mb`` nor the device's
+#: memory is known.
+FALLBACK_PHASE_CACHE_BYTES = 2**30
+
+
+def phase_cache_budget_bytes(config: RfiVisConfig, device_bytes: int | None) -> tuple[int, str]:
+    """The most bytes of kept phase moments per device under phase_cache "auto", and where
+    that figure came from, in words: ``config.phase_cache_mb`` where set, else
+    ``config.phase_cache_fraction`` of ``device_bytes`` (a device's memory), else 1 GiB."""
+    if config.phase_cache_mb is not None:
+        return int(config.phase_cache_mb * 2**20), "phase_cache_mb"
+    if device_bytes is None:
+        return FALLBACK_PHASE_CACHE_BYTES, "the device's memory unknown: 1 GiB"
+    fraction = config.phase_cache_fraction
+    budget = int(fraction * device_bytes)
+    return budget, f"phase_cache_fraction {fraction:g} of {device_bytes / 2**30:.1f} GiB"
+
+
+def plan_phase_cache(
+    sizes_bytes, specs: tuple[GroupSpec, ...], config: RfiVisConfig, budget_bytes: int
+):
     """Which groups keep their phase moments: (keep,) per group, from each group's moment
-    bytes per device ``sizes_bytes`` (``moments_bytes``) and ``config.phase_cache``."""
+    bytes per device ``sizes_bytes`` (``moments_bytes``), ``config.phase_cache`` and the budget
+    per device under "auto" (``phase_cache_budget_bytes``)."""
     keep, total = [], 0
-    budget = config.phase_cache_mb * 2**20
+    budget = budget_bytes
     for spec, size in zip(specs, sizes_bytes, strict=True):
         wanted = spec.operator == "analytic" and config.phase_cache != "never"
         fits = config.phase_cache == "always" or total + size <= budget
@@ -413,8 +453,11 @@ def plan_phase_cache(sizes_bytes, specs: tuple[GroupSpec, ...], config: RfiVisCo
     return tuple(keep)
 
 
-def phase_cache_report(sizes_bytes, specs, keep, config: RfiVisConfig) -> dict:
-    """What ``plan_phase_cache`` chose, for summary.json and ``tabascal plan``."""
+def phase_cache_report(
+    sizes_bytes, specs, keep, config: RfiVisConfig, budget: tuple[int, str]
+) -> dict:
+    """What ``plan_phase_cache`` chose under ``budget`` (``phase_cache_budget_bytes``), for
+    summary.json and ``tabascal plan``."""
     groups = {}
     for spec, size, kept in zip(specs, sizes_bytes, keep, strict=True):
         if spec.operator == "analytic":
@@ -422,7 +465,8 @@ def phase_cache_report(sizes_bytes, specs, keep, config: RfiVisConfig) -> dict:
             groups[name] = {"kept": bool(kept), "mib_per_device": size / 2**20}
     return {
         "mode": config.phase_cache,
-        "budget_mib": config.phase_cache_mb,
+        "budget_mib": budget[0] / 2**20,
+        "budget_from": budget[1],
         "groups": groups,
         "kept_mib_per_device": sum(s for s, k in zip(sizes_bytes, keep, strict=True) if k) / 2**20,
     }

@@ -31,6 +31,7 @@ from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 from tabascal.config import ConfigError
 from tabascal.model import joint, rfi_vis
 from tabascal.parallel import baseline_axis, source_axis
+from tabascal.planning import memory
 
 #: What ``sharding.axis`` accepts.
 SHARD_AXES = ("none", "source", "baseline")
@@ -108,13 +109,16 @@ def keep_phase_moments(name: str, placed, *, abstract: bool = False):
     ``jax.ShapeDtypeStruct``s of their shape and sharding, not formed (``tabascal plan``).
     """
     sizes, model_spec = _moment_sizes(placed)
+    budget = rfi_vis.phase_cache_budget_bytes(
+        model_spec.rfi_vis, memory.device_memory_bytes(devices(placed.spec)[0])
+    )
     # Fitted orbit corrections move the delays at every step: the moments cannot be kept.
     orbits_fitted = getattr(placed.constants, "orbits", None) is not None
     if name == "source" or orbits_fitted:
         keep = (False,) * len(sizes)
     else:
-        keep = rfi_vis.plan_phase_cache(sizes, model_spec.groups, model_spec.rfi_vis)
-    report = rfi_vis.phase_cache_report(sizes, model_spec.groups, keep, model_spec.rfi_vis)
+        keep = rfi_vis.plan_phase_cache(sizes, model_spec.groups, model_spec.rfi_vis, budget[0])
+    report = rfi_vis.phase_cache_report(sizes, model_spec.groups, keep, model_spec.rfi_vis, budget)
     if orbits_fitted:
         report["formed_every_step"] = "orbits.fit: the delays change at every step"
     if abstract:

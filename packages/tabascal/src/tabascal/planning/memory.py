@@ -9,6 +9,7 @@ donated buffers) of the compiled stages that run.
 from __future__ import annotations
 
 import collections
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -129,6 +130,21 @@ def allocator_peak_bytes(devices: Iterable[jax.Device] | None = None) -> list[in
             return None
         peaks.append(int(stats["peak_bytes_in_use"]))
     return peaks
+
+
+def device_memory_bytes(device: jax.Device) -> int | None:
+    """The memory one device has for a fit's arrays: its allocator's ``bytes_limit`` where it
+    keeps statistics (a GPU), else the host's physical memory shared equally by this process's
+    devices of that platform (CPU devices, virtual ones included). None where neither is known.
+    """
+    stats = device.memory_stats()
+    if stats and "bytes_limit" in stats:
+        return int(stats["bytes_limit"])
+    try:
+        host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return None
+    return host // max(len(jax.local_devices(backend=device.platform)), 1)
 
 
 def peak_bytes_per_device(
