@@ -139,9 +139,10 @@ class RfiVisConfig:
     )
     # The moments replace the most costly work of an analytic group's step: at 128 stations,
     # 4 channels, on 4 virtual devices (benchmarks/step_time.py, 2026-12-05) the reuse axis
-    # took 25.3 s a step with them kept (2466 MiB per device) and 58.4 s with them formed.
-    # Half a device's memory leaves the other half to the step, whose working set at the sizes
-    # where the moments are large is a fraction of theirs (that step's: under 1 GiB per device).
+    # took 24.9 s a step with them kept (2466 MiB per device, under this default's 2.9 GiB)
+    # and 58.4 s with them formed under the old 1 GiB budget. Half a device's memory leaves
+    # the other half to the step, whose working set where the moments are large is a fraction
+    # of theirs (that step's temporaries: 0.31 GiB per device, 0.95 on the source axis).
     phase_cache_fraction: float = option_field(
         0.5,
         "with phase_cache_mb null, the most kept phase moments per device as a fraction of "
