@@ -30,7 +30,7 @@ from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from tabascal.config import ConfigError
 from tabascal.model import joint, rfi_vis
-from tabascal.parallel import baseline_axis, source_axis
+from tabascal.parallel import baseline_axis, processes, source_axis
 from tabascal.planning import memory
 
 #: What ``sharding.axis`` accepts.
@@ -101,6 +101,18 @@ def _moment_sizes(placed) -> tuple[list[int], Any]:
     return sizes, model_spec
 
 
+def agreed_device_memory(mesh_devices) -> int | None:
+    """The memory of the smallest device of ``mesh_devices`` that any process can see
+    (``planning.memory.device_memory_bytes``), the same figure in every process, since every
+    process must plan the same program; None where no process knows its devices' memory."""
+    here = [d for d in mesh_devices if d.process_index == jax.process_index()]
+    known = [memory.device_memory_bytes(d) for d in here]
+    mine = min((b for b in known if b is not None), default=-1)
+    every = processes.gather_exact(np.array(mine, np.int64))
+    every = every[every >= 0]
+    return int(every.min()) if every.size else None
+
+
 def keep_phase_moments(name: str, placed, *, abstract: bool = False):
     """``placed`` (route ``name``) with the phase moments of the analytic groups that
     ``rfi.phase_cache`` keeps formed once (``rfi_vis.plan_phase_cache``), and
@@ -110,7 +122,7 @@ def keep_phase_moments(name: str, placed, *, abstract: bool = False):
     """
     sizes, model_spec = _moment_sizes(placed)
     budget = rfi_vis.phase_cache_budget_bytes(
-        model_spec.rfi_vis, memory.device_memory_bytes(devices(placed.spec)[0])
+        model_spec.rfi_vis, agreed_device_memory(devices(placed.spec))
     )
     # Fitted orbit corrections move the delays at every step: the moments cannot be kept.
     orbits_fitted = getattr(placed.constants, "orbits", None) is not None
