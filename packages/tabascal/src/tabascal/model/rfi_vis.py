@@ -445,10 +445,9 @@ def plan_phase_cache(
     bytes per device ``sizes_bytes`` (``moments_bytes``), ``config.phase_cache`` and the budget
     per device under "auto" (``phase_cache_budget_bytes``)."""
     keep, total = [], 0
-    budget = budget_bytes
     for spec, size in zip(specs, sizes_bytes, strict=True):
         wanted = spec.operator == "analytic" and config.phase_cache != "never"
-        fits = config.phase_cache == "always" or total + size <= budget
+        fits = config.phase_cache == "always" or total + size <= budget_bytes
         keep.append(wanted and fits)
         total += size if keep[-1] else 0
     return tuple(keep)
