@@ -15,6 +15,14 @@ N_DEVICES = 4
 SMALL = {"array": {"n_stations": 8}, "observation": {"n_time": 30, "n_freq": 2}}
 
 
+def host_memory_bytes() -> int:
+    """The host's physical memory as /proc/meminfo's MemTotal gives it (kB there), apart from
+    the page count tabascal reads."""
+    with open("/proc/meminfo") as meminfo:
+        line = next(line for line in meminfo if line.startswith("MemTotal:"))
+    return int(line.split()[1]) * 1024
+
+
 def require_devices(n: int = N_DEVICES) -> None:
     assert jax.device_count() >= n, (
         f"these tests need {n} devices but {jax.device_count()} are visible; set "

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
+from conftest import host_memory_bytes
 from multiprocess import run_processes
 
 WORKERS = Path(__file__).parent / "workers"
@@ -131,10 +132,8 @@ def test_two_processes_fit_as_one_process_on_four_devices(store, tmp_path):
     assert len(summary["per_device_peak_bytes"]) == 4
     # The phase moments' budget, half of a device's memory, is agreed by the processes: here
     # each holds 2 of the host's CPU devices, so half of the host's memory over 2.
-    with open("/proc/meminfo") as meminfo:
-        host = int(next(line for line in meminfo if line.startswith("MemTotal:")).split()[1])
     budget = summary["model"]["rfi_phase_cache"]["budget_mib"]
-    assert budget == pytest.approx(0.5 * host * 1024 / 2 / 2**20, abs=1e-3)
+    assert budget == pytest.approx(0.5 * host_memory_bytes() / 2 / 2**20, abs=1e-3)
     print("chi2_final, 2 processes:", summary["chi2_final"], "1 process:", reference["chi2_final"])
     a, b = summary["truth"]["sky"]["rmse"], reference["truth"]["sky"]["rmse"]
     print(f"truth sky rmse, 2 processes: {a!r}, 1 process: {b!r}")

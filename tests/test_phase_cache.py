@@ -9,6 +9,7 @@ over the devices, one block per device), and the route's report says so.
 import jax
 import numpy as np
 import pytest
+from conftest import host_memory_bytes
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -121,13 +122,12 @@ def test_by_default_the_budget_is_half_of_each_virtual_devices_share_of_the_host
     """rfi.phase_cache_mb unset: the budget follows the device's memory, which on CPU is the
     host's shared by the process's virtual devices (read here from /proc/meminfo)."""
     assert len(jax.devices()) == N_DEVICES, "the multi-device tests run on 4 virtual devices"
-    with open("/proc/meminfo") as meminfo:
-        host = int(next(line for line in meminfo if line.startswith("MemTotal:")).split()[1])
+    host = host_memory_bytes()
     _, placed = _placed(obs, "baseline", "auto", N_DEVICES)
     report = placed.info["rfi_phase_cache"]
     print(report)
-    want_mib = 0.5 * host * 1024 / N_DEVICES / 2**20
+    want_mib = 0.5 * host / N_DEVICES / 2**20
     assert report["budget_mib"] == pytest.approx(want_mib, abs=1e-3)
-    share_gib = host / N_DEVICES / 2**20
+    share_gib = host / N_DEVICES / 2**30
     assert report["budget_from"] == f"phase_cache_fraction 0.5 of {share_gib:.1f} GiB"
     assert all(g["kept"] for g in report["groups"].values())
