@@ -11,6 +11,11 @@ itself (``_common.synthetic_model``: a prior draw of sky, RFI signal and gains t
 ``joint.predict``, plus unit noise); the fit starts from the prior mean. The chi-squared after
 ``--steps`` steps says how far a fit of that length gets, not how well real data are fitted.
 
+After the timed gradient steps each case takes ``--polish-steps`` steps of the default polish
+with ``--polish-cg`` conjugate-gradient iterations each: the polish is a program of its own
+(``optimiser.PhasedStep``), and the allocator's peak covers both; its memory does not depend on
+the number of iterations, its time per step does (``polish_cg_iterations`` records them).
+
 Each (channels, RFI) case runs in its own process, so the allocator's peak
 (``tabascal.planning.memory.allocator_peak_bytes``) is that case's alone, and a case that runs
 out of memory or time is recorded and the next one still runs. The metadata geometry, the slow host
@@ -23,6 +28,7 @@ else benchmarks/results/).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import pickle
@@ -51,6 +57,10 @@ def _arguments(argv=None):
     parser.add_argument("--rfi", nargs="+", default=["analytic", "hybrid"])
     parser.add_argument("--steps", type=int, default=20, help="steps after the warm-up")
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--polish-steps", type=int, default=1, help="polish steps after them")
+    parser.add_argument(
+        "--polish-cg", type=int, default=5, help="conjugate-gradient iterations per polish step"
+    )
     parser.add_argument("--case-timeout", type=float, default=240.0, help="seconds per case")
     parser.add_argument("--tiny", action="store_true", help="8 stations, 2 channels, CPU-sized")
     parser.add_argument("--skip-kernels", action="store_true", help="no ri_kernels benchmark")
@@ -60,6 +70,7 @@ def _arguments(argv=None):
     if options.tiny:
         options.preset, options.channels = "demo", [2]
         options.steps, options.warmup = min(options.steps, 5), 1
+        options.polish_cg = min(options.polish_cg, 3)
     return options
 
 
@@ -82,21 +93,32 @@ def run_case(spec: dict) -> dict:
     jax.block_until_ready(model.data.vis)
     after_data = memory.allocator_peak_bytes()
     seconds_setup = time.perf_counter() - start
-    fit_config = rc.fit_config(config)
+    # The gradient steps, then a few polish steps of a few conjugate-gradient iterations:
+    # the polish is its own program, whose memory does not depend on how many it runs.
+    fit_config = dataclasses.replace(
+        rc.fit_config(config),
+        steps=spec["warmup"] + spec["steps"],
+        second_phase_steps=0,
+        polish_steps=spec["polish_steps"],
+        polish_cg_steps=spec["polish_cg"],
+    )
     optimizer = optimiser.make_optimizer(fit_config)
     step = optimiser.make_step(lambda p, i: joint.loss(p, i, model.spec), optimizer)
     inputs = (model.constants, model.data)
     state = optimiser.init_state(model.params, optimizer)
     start = time.perf_counter()
-    compiled = step.lower(state, inputs).compile()
+    step, programs = optimiser.compile_step(step, state, inputs)
     seconds_compile = time.perf_counter() - start
-    chi2, times = [], []
-    for _ in range(spec["warmup"] + spec["steps"]):
+    chi2, times, iterations = [], [], []
+    for k in range(fit_config.total_steps):
         start = time.perf_counter()
-        state, _loss, aux = compiled(state, inputs)
+        state, _loss, aux = step(state, inputs)
         chi2.append(float(aux["chi2"]))  # waits for the step
         times.append(time.perf_counter() - start)
-    timed = times[spec["warmup"] :]
+        if k >= fit_config.polish_start:
+            iterations.append(int(state.opt_state.polish.cg_iterations))
+    timed = times[spec["warmup"] : fit_config.polish_start]
+    polish = times[fit_config.polish_start :]
     return {
         "n_bl": model.spec.n_bl,
         "rfi_groups": model.info["rfi_groups"],
@@ -104,11 +126,14 @@ def run_case(spec: dict) -> dict:
         "step_seconds_median": statistics.median(timed),
         "step_seconds": timed,
         "chi2_initial": chi2[0],
-        "chi2_after_steps": chi2[-1],
+        "chi2_after_steps": chi2[fit_config.polish_start - 1],
         "steps_taken": len(chi2),
+        "polish_step_seconds": polish,
+        "polish_cg_iterations": iterations,
         "allocator_peak_bytes": memory.allocator_peak_bytes(),
         "allocator_peak_bytes_after_data": after_data,
-        "step_memory": memory.stage_memory(compiled).as_dict(),
+        "step_memory": memory.stage_memory(programs["gradient"]).as_dict(),
+        "polish_step_memory": memory.stage_memory(programs["polish"]).as_dict(),
         "seconds_setup": seconds_setup,
         "seconds_compile": seconds_compile,
         "device": str(jax.devices()[0]),
@@ -168,7 +193,10 @@ def main(argv=None) -> None:
     path = out / f"gpu_{stamp}.json"
     base = _common.provenance(["benchmarks/gpu.py", *(argv or sys.argv[1:])])
     records = []
-    print(f"{'ch':>3} {'rfi':>8} {'step s':>8} {'peak GB':>8} {'chi2 0':>9} {'chi2 N':>9}  groups")
+    print(
+        f"{'ch':>3} {'rfi':>8} {'step s':>8} {'polish s':>8} {'peak GB':>8} {'chi2 0':>9} "
+        f"{'chi2 N':>9}  groups"
+    )
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
         for channels in options.channels:
@@ -177,6 +205,7 @@ def main(argv=None) -> None:
                 spec = {
                     "preset": options.preset, "channels": channels, "rfi": rfi, "extra": extra,
                     "steps": options.steps, "warmup": options.warmup,
+                    "polish_steps": options.polish_steps, "polish_cg": options.polish_cg,
                     "geometry": str(geometry), "result": str(folder / "result.json"),
                 }  # fmt: skip
                 (folder / "case.json").write_text(json.dumps(spec))
@@ -203,8 +232,10 @@ def main(argv=None) -> None:
                     print(f"{channels:3d} {rfi:>8}  failed: {record['error'][-300:]}", flush=True)
                     continue
                 peak = record["allocator_peak_bytes"]
+                polish = record["polish_step_seconds"]
                 print(
                     f"{channels:3d} {rfi:>8} {record['step_seconds_median']:8.3f} "
+                    f"{statistics.median(polish) if polish else float('nan'):8.3f} "
                     f"{_common.gb(max(peak)) if peak else '-':>8} {record['chi2_initial']:9.4g} "
                     f"{record['chi2_after_steps']:9.4g}  {record['rfi_groups']}",
                     flush=True,

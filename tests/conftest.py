@@ -67,9 +67,10 @@ def single_device_reference(store, config: dict):
 
 
 def compiled_step(model, axis: str, n_dev: int = N_DEVICES):
-    """(compiled optimisation step, initial state, inputs) of ``model`` (a ``joint.Model``) on
-    the axis "none" (one device), "baseline" or "reuse" (the baseline axis with the antenna-reuse
-    plan) over ``n_dev`` devices."""
+    """(compiled optimisation step of the gradient phases, initial state, inputs, the polish's
+    compiled step) of ``model`` (a ``joint.Model``) on the axis "none" (one device),
+    "baseline" or "reuse" (the baseline axis with the antenna-reuse plan) over ``n_dev``
+    devices, with the default fit (a trust-region polish)."""
     from functools import partial
 
     from tabascal.fitting import optimiser
@@ -87,8 +88,8 @@ def compiled_step(model, axis: str, n_dev: int = N_DEVICES):
         loss_fn = partial(baseline_axis.loss, spec=sharded.spec)
     params = jax.tree.map(lambda x: x.copy(), params)  # the step donates its state
     state = optimiser.init_state(params, optimizer)
-    step = optimiser.make_step(loss_fn, optimizer).lower(state, inputs).compile()
-    return step, state, inputs
+    _, programs = optimiser.compile_step(optimiser.make_step(loss_fn, optimizer), state, inputs)
+    return programs["gradient"], state, inputs, programs["polish"]
 
 
 def assert_no_cube_crosses_devices(step, n_ant: int):

@@ -170,28 +170,30 @@ _steps = {}
 
 
 def _fit_step(obs, axis):
-    """(compiled optimisation step, initial state, inputs) of the hybrid model, built once."""
+    """(compiled gradient-phase step, initial state, inputs, compiled polish step) of the
+    hybrid model, built once."""
     if axis not in _steps:
         _steps[axis] = compiled_step(_reference(obs, "hybrid")[0], axis)
     return _steps[axis]
 
 
 def test_compiled_reuse_step_has_no_gather_or_permute(obs):
-    step, _, _ = _fit_step(obs, "reuse")
-    found = memory.count_collectives(step)
-    print(f"collectives in the compiled reuse step on {N_DEVICES} devices: {found}")
-    for name in ("all-gather", "collective-permute", "all-to-all"):
-        assert found.get(name, 0) == 0, (name, found)
-    assert found.get("all-reduce", 0) >= 1, found  # the scalar sums at least
-    moved = assert_no_cube_crosses_devices(step, _reference(obs, "hybrid")[0].spec.n_ant)
-    print(f"arrays they move: {moved}")
+    gradient, _, _, polish = _fit_step(obs, "reuse")
+    for phase, step in (("gradient", gradient), ("polish", polish)):
+        found = memory.count_collectives(step)
+        print(f"collectives in the compiled reuse {phase} step on {N_DEVICES} devices: {found}")
+        for name in ("all-gather", "collective-permute", "all-to-all"):
+            assert found.get(name, 0) == 0, (phase, name, found)
+        assert found.get("all-reduce", 0) >= 1, found  # the scalar sums at least
+        moved = assert_no_cube_crosses_devices(step, _reference(obs, "hybrid")[0].spec.n_ant)
+        print(f"arrays they move: {moved}")
 
 
 @pytest.mark.heavy
 def test_twenty_reuse_fit_steps_reach_the_single_device_chi2(obs):
     chi2 = {}
     for axis in ("none", "reuse"):
-        step, state, inputs = _fit_step(obs, axis)
+        step, state, inputs, _ = _fit_step(obs, axis)
         for _ in range(20):
             state, _, aux = step(state, inputs)
         chi2[axis] = float(aux["chi2"])

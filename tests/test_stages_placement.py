@@ -97,9 +97,11 @@ def _sky_histories(opt_state):
 
 @pytest.mark.parametrize("axis", ["baseline", "reuse"])
 def test_lbfgs_histories_divide_like_the_sky_through_the_steps(models, axis):
-    """The polish's histories of the sky's modes are held per device as the modes are, at the
-    start and after gradient and L-BFGS steps (the step's outputs keep its inputs' placement),
-    so its 2 x polish_memory copies divide over the devices instead of being replicated."""
+    """The polish's histories of the sky's modes are held per device as the modes are, as the
+    polish begins and after its L-BFGS steps (the step's outputs keep its inputs' placement),
+    so its 2 x polish_memory copies divide over the devices instead of being replicated; the
+    polish's form predicted from the shapes (``optimiser.polish_form``, what its program is
+    compiled for ahead of it) places them alike. The gradient phase holds none."""
     model, _ = models
     route, _, real, optimizer, state = _polish_state(model, axis)
     shape, spec = real.params.sky.z.shape, real.params.sky.z.sharding.spec  # donated below
@@ -107,13 +109,19 @@ def test_lbfgs_histories_divide_like_the_sky_through_the_steps(models, axis):
     # The step donates its state: its own copy of the parameters, not the shared fixture's.
     state = state._replace(params=jax.tree.map(jnp.copy, state.params))
     for taken in range(4):  # the start, one gradient step, then the two L-BFGS steps (and one)
-        for history in _sky_histories(state.opt_state):
-            assert history.shape == (3, *shape)
-            assert history.sharding.spec == P(None, *spec)
-            # Independent of the sharding's description: what each device holds.
-            shards = history.addressable_shards
-            assert len(shards) == N_DEVICES
-            assert {s.data.shape for s in shards} == {(3, shape[0] // N_DEVICES, *shape[1:])}
+        if taken < 2:  # the gradient phase holds no histories (the second step enters the polish)
+            assert state.opt_state.polish is None
+        else:
+            predicted = optimiser.polish_form(state, optimizer)
+            for history, like in zip(
+                _sky_histories(state.opt_state), _sky_histories(predicted.opt_state), strict=True
+            ):
+                assert history.shape == like.shape == (3, *shape)
+                assert history.sharding.spec == like.sharding.spec == P(None, *spec)
+                # Independent of the sharding's description: what each device holds.
+                shards = history.addressable_shards
+                assert len(shards) == N_DEVICES
+                assert {s.data.shape for s in shards} == {(3, shape[0] // N_DEVICES, *shape[1:])}
         if taken < 3:
             state, _, _ = step(state, (real.constants, real.data))
     assert int(state.step) == 3

@@ -1,3 +1,4 @@
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -204,10 +205,14 @@ def test_resume_across_the_switch_to_lbfgs_equals_an_uninterrupted_run(tmp_path)
         checkpoint_dir=tmp_path,
         progress=False,
     )
-    loaded, history = optimiser.load_checkpoint(
-        tmp_path, optimiser.init_state(_valley()[0], optimizer)
-    )
+    template = optimiser.init_state(_valley()[0], optimizer)
+    # Written in the polish, the checkpoint holds the polish's state alone: read with the
+    # gradient phases' template and no optimiser, it is refused, not misread.
+    with pytest.raises(ValueError, match="different model configuration"):
+        optimiser.load_checkpoint(tmp_path, template)
+    loaded, history = optimiser.load_checkpoint(tmp_path, template, optimizer)
     assert int(loaded.step) == 10 and int(loaded.opt_state.count) == 10
+    assert loaded.opt_state.first is None and loaded.opt_state.polish is not None
     resumed, resumed_history = optimiser.run(
         step, loaded, inputs, config, history=history, progress=False
     )
@@ -428,3 +433,39 @@ def test_newton_polishes_stop_once_two_steps_lower_the_posterior_by_less_than_th
         np.testing.assert_allclose(history.loss * scale, closed[:first], rtol=1e-12)
     _, history = polish_from_one(1.0, polish_steps=30, polish_tolerance=0.0)
     assert len(history.loss) == 30
+
+
+@pytest.mark.parametrize("polish", ["trust-region", "lbfgs"])
+def test_each_phase_runs_its_own_program_holding_only_its_own_optimiser_state(polish):
+    """The gradient phases' step carries AdaBelief's two moments and no polish state; the
+    polish's carries its own state and not the moments, which are deleted as it begins. Sizes
+    from XLA's buffer assignment of the two compiled programs, float32, n = 4096."""
+    from tabascal.planning import memory
+
+    n = 4096
+    config = _fit_config(
+        optimizer="adabelief", steps=3, polish=polish, polish_steps=2, polish_memory=5
+    )
+    optimizer = optimiser.make_optimizer(config)
+    params, inputs = {"x": jnp.zeros(n), "y": jnp.ones(())}, {"target": jnp.arange(n * 1.0)}
+    state = optimiser.init_state(params, optimizer)
+    step, programs = optimiser.compile_step(
+        optimiser.make_step(_toy_loss, optimizer), state, inputs
+    )
+    assert set(programs) == {"gradient", "polish"}
+    arguments = {k: memory.stage_memory(p).arguments for k, p in programs.items()}
+    vector = 4 * n  # one float32 copy of x (or of the target)
+    # Measured: gradient 65564 bytes (x, two moments, the target and 28 of scalars); polish
+    # 32784 with the trust region (x, the target, scalars), 229460 with L-BFGS (also its 2 x 5
+    # past steps, and the last parameters and update).
+    assert 4 * vector <= arguments["gradient"] < 4 * vector + 1024
+    held = {"trust-region": 2, "lbfgs": 2 + 2 * 5 + 2}[polish]
+    assert held * vector <= arguments["polish"] < held * vector + 1024
+
+    for _ in range(3):
+        state, _, _ = step(state, inputs)
+    moments = jax.tree.leaves(state.opt_state.first)
+    assert state.opt_state.polish is None and moments
+    state, _, _ = step(state, inputs)  # the first polish step
+    assert state.opt_state.first is None and state.opt_state.polish is not None
+    assert all(leaf.is_deleted() for leaf in moments)

@@ -47,7 +47,7 @@ def test_plan_sizes_a_double_run_in_float64_and_leaves_the_64_bit_mode_off(small
             # jax warns where a float64 array is truncated to float32
             warnings.filterwarnings("error", message=".*requested.*is not available")
             assert main(["plan", "--data", str(small_store), "--precision", precision]) == 0
-        (line,) = [x for x in capsys.readouterr().out.splitlines() if "step per device" in x]
+        (line,) = [x for x in capsys.readouterr().out.splitlines() if "optimisation step" in x]
         temporaries[precision] = float(re.search(r"temporaries ([\d.]+) MiB", line).group(1))
         assert not jax.config.jax_enable_x64
     assert 1.5 <= temporaries["double"] / temporaries["single"] <= 2.5, temporaries

@@ -150,9 +150,9 @@ def _orbit_lines(orbits: dict) -> list[str]:
 
 
 def _step_memory_by_axis(obs, config: dict, summary: dict) -> dict[str, tuple[int, dict]]:
-    """{axis: (devices, StageMemory dict)} of one optimisation step per device: the fit's own,
-    and the same step compiled (not run) on the baseline axis over every device, from the
-    observation's shapes."""
+    """{axis: (devices, StageMemory dict)} of one optimisation step per device (of the phase,
+    gradient or polish, whose step needs the most): the fit's own, and the same compiled (not
+    run) on the baseline axis over every device, from the observation's shapes."""
     from tabascal.config import run_config
     from tabascal.parallel import blockwise, routes
     from tabascal.planning import stages
@@ -164,7 +164,7 @@ def _step_memory_by_axis(obs, config: dict, summary: dict) -> dict[str, tuple[in
         routes.route("baseline"),
         init=config["fit"]["init"],
     )
-    step = next(r for r in reports if r.name == "step")
+    step = stages.limiting_step(reports)
     return {
         summary["shard_axis"]: (summary["n_devices"], summary["step_memory"]),
         "baseline": (placed.spec.n_dev, step.memory.as_dict()),
@@ -181,7 +181,8 @@ def _memory_lines(by_axis: dict[str, tuple[int, dict]]) -> list[str]:
 
     first = parts(next(iter(by_axis.values()))[1])
     lines = [
-        "  one optimisation step, per device (compiled; MiB, and against one device)",
+        "  one optimisation step, per device (the phase's that needs the most; compiled; MiB, "
+        "and against one device)",
         "    axis       devices    arguments       working set         total",
     ]
     for axis, (devices, stage) in by_axis.items():
@@ -391,7 +392,7 @@ def _plan(args: argparse.Namespace) -> int:
     except TabascalError as err:
         print(f"tabascal plan: error: {err}", file=sys.stderr)
         return 2
-    step = next(r for r in reports if r.name == "step").memory
+    steps = {r.name: r.memory for r in reports if r.name in ("step", "polish")}
     devices = routes.devices(placed.spec)
     peak = max(max(r.peak) for r in reports)
     capacity = memory.device_memory_bytes(devices[0])
@@ -406,11 +407,13 @@ def _plan(args: argparse.Namespace) -> int:
     )
     print(f"  RFI groups                     {placed.info['rfi_groups']}")
     print(f"  phase moments                  {_phase_cache_line(placed.info['rfi_phase_cache'])}")
-    print(
-        f"  optimisation step per device   arguments {step.arguments / 2**20:.1f} MiB, "
-        f"outputs {step.outputs / 2**20:.1f} MiB, temporaries "
-        f"{step.temporaries / 2**20:.1f} MiB"
-    )
+    for name, step in steps.items():
+        label = "optimisation step" if name == "step" else "polish step"
+        print(
+            f"  {label + ' per device':<30} arguments {step.arguments / 2**20:.1f} MiB, "
+            f"outputs {step.outputs / 2**20:.1f} MiB, temporaries "
+            f"{step.temporaries / 2**20:.1f} MiB"
+        )
     print(
         f"  peak estimate per device       {peak / 2**30:.3f} GiB (largest over the stages "
         f"{', '.join(r.name for r in reports)})"

@@ -149,7 +149,9 @@ class RunSummary(Mapping):
     chi2_init, chi2_final: reduced chi-squared before and after; steps; seconds_fit (the
     optimisation alone); n_devices, n_processes; shard_axis, reuse_plan, read_by_block (the
     model built block by block from the rows each process reads); per_device_peak_bytes;
-    step_memory (``memory.StageMemory.as_dict`` of one step); collectives (per step); model
+    step_memory (``memory.StageMemory.as_dict`` of one step: of the phase's whose step needs
+    the most); collectives (per step, of that step); step_phases (each phase's step memory
+    and collectives, "gradient" and "polish"); model
     (the model's info); truth (``results.truth_metrics``) or None; orbits (the fitted orbit
     corrections, ``orbit_corrections.summary``) or None with fixed orbits; satellites (one
     entry per satellite, ``satellites.satellite_table``); rfi_vis_by_satellite (whether
@@ -170,6 +172,7 @@ class RunSummary(Mapping):
     step_memory: dict
     collectives: dict
     model: dict
+    step_phases: dict = dataclasses.field(default_factory=dict)
     truth: dict | None = None
     orbits: dict | None = None
     satellites: list[dict] = dataclasses.field(default_factory=list)
@@ -193,9 +196,10 @@ class RunSummary(Mapping):
 
 
 class _Fitted(NamedTuple):
-    """The optimisation's outcome: its final state and history, the compiled step, the
-    step's memory, the per-device peak measured as the optimisation ends, the seconds it ran
-    and the initial reduced chi-squared."""
+    """The optimisation's outcome: its final state and history, the compiled step that needs
+    the most memory and that memory, the per-device peak measured as the optimisation ends,
+    the seconds it ran, the initial reduced chi-squared, and each phase's step memory and
+    collectives ("gradient", "polish")."""
 
     state: optimiser.FitState
     history: optimiser.FitHistory
@@ -204,6 +208,8 @@ class _Fitted(NamedTuple):
     per_device_peak_bytes: list[int]
     seconds: float
     chi2_init: float
+    phase_memory: dict
+    phase_collectives: dict
 
 
 def precision_scope(config: dict):
@@ -313,14 +319,19 @@ def _optimise(route: routes.Route, placed, config: dict, out_dir: Path, resume, 
     history = None
     if resume:
         template = state
-        state, history = optimiser.load_checkpoint(out_dir / CHECKPOINTS, state)
+        state, history = optimiser.load_checkpoint(out_dir / CHECKPOINTS, state, optimizer)
+        if optimiser.in_polish(state):
+            # A checkpoint written in the polish holds no gradient-phase state to place.
+            template = optimiser.polish_form(template, optimizer)
         if route.name != "none":
             state = _place_like(state, template)
         logger.info("resuming at step %d", int(state.step))
-    compiled = optimiser.make_step(loss_fn, optimizer).lower(state, inputs).compile()
+    # The gradient phases and the polish are two programs, each holding its own optimiser
+    # state; both compile now, so that the memory reported is the larger one's.
+    step, programs = optimiser.compile_step(optimiser.make_step(loss_fn, optimizer), state, inputs)
     start = time.perf_counter()
     state, history = optimiser.run(
-        compiled,
+        step,
         state,
         inputs,
         fit_cfg,
@@ -331,8 +342,10 @@ def _optimise(route: routes.Route, placed, config: dict, out_dir: Path, resume, 
     )
     seconds = time.perf_counter() - start
     # The peak as the optimisation ends, before the prediction and the outputs add their own.
-    step_memory = memory.stage_memory(compiled)
-    peak = _peak_bytes([step_memory], routes.devices(placed.spec))
+    phases = {name: memory.stage_memory(program) for name, program in programs.items()}
+    peak = _peak_bytes(list(phases.values()), routes.devices(placed.spec))
+    # The step reported is the one that needs the most (its arguments and working set).
+    limiting = max(phases, key=lambda n: phases[n].arguments + phases[n].working_set)
     # Each step reports the loss at the parameters it starts from, so the first step's figure
     # (kept in the history, across resumes) is the initial chi-squared; only a fit of zero
     # steps needs its own evaluation.
@@ -340,7 +353,10 @@ def _optimise(route: routes.Route, placed, config: dict, out_dir: Path, resume, 
         chi2_init = float(history.chi2[0])
     else:
         chi2_init = float(jax.jit(loss_fn)(placed.params, inputs)[1]["chi2"])
-    return _Fitted(state, history, compiled, step_memory, peak, seconds, chi2_init)
+    return _Fitted(
+        state, history, programs[limiting], phases[limiting], peak, seconds, chi2_init, phases,
+        {name: memory.count_collectives(program) for name, program in programs.items()},
+    )  # fmt: skip
 
 
 class _Outputs(NamedTuple):
@@ -421,6 +437,10 @@ def _write_outputs(route, placed, fitted: _Fitted, source, config, out_dir, by_b
         per_device_peak_bytes=fitted.per_device_peak_bytes,
         step_memory=fitted.step_memory.as_dict(),
         collectives=memory.count_collectives(fitted.compiled),
+        step_phases={
+            name: {"memory": stage.as_dict(), "collectives": fitted.phase_collectives[name]}
+            for name, stage in fitted.phase_memory.items()
+        },
         model=placed.info,
         truth=truth,
         data=data_noise.summary(source),

@@ -19,7 +19,9 @@ both end once their steps no longer lower the loss (``polish_tolerance``). The t
 L-BFGS (``fit.polish: lbfgs``, ``optax.lbfgs``: a quasi-Newton direction from the last
 ``polish_memory`` steps and a zoom line search on the loss).
 The schedule and the phase live in the optimiser state, so a run resumed from a checkpoint
-continues exactly where an uninterrupted run would be.
+continues exactly where an uninterrupted run would be. The gradient phases and the polish are
+two compiled programs (``make_step``'s ``PhasedStep``), each carrying only its own optimiser
+state: the gradient phases no L-BFGS histories, the polish no AdaBelief moments.
 """
 
 from __future__ import annotations
@@ -228,16 +230,32 @@ def make_optimizer(config: FitConfig) -> optax.GradientTransformation:
 
 
 class PhasedState(NamedTuple):
-    """State of ``phased``: steps taken, and the two optimisers' states."""
+    """State of ``phased``: steps taken, and the state of the phase in progress: ``first``'s
+    until the polish begins (``polish`` None), the polish's after it (``first`` None).
+
+    Each phase is its own compiled program (``make_step``) holding only its own state: the
+    gradient phases carry no L-BFGS histories (twenty copies of the parameters by default)
+    and the polish no AdaBelief moments (two copies), which at bench-512's 64 channels are
+    38 GB of the sky's modes (docs/benchmarks.md).
+    """
 
     count: jax.Array  # int32 scalar
     first: Any
     polish: Any
 
 
-def then_lbfgs(
-    first: optax.GradientTransformation, switch: int, memory: int
-) -> optax.GradientTransformationExtraArgs:
+class Phased(NamedTuple):
+    """``phased``'s transformation: optax's ``init`` and ``update``; ``polish_init``, the
+    polish's state for given parameters, made where the polish begins (``enter_polish``);
+    and ``switch``, the number of ``first``'s updates before it."""
+
+    init: Callable
+    update: Callable
+    polish_init: Callable
+    switch: int
+
+
+def then_lbfgs(first: optax.GradientTransformation, switch: int, memory: int) -> Phased:
     """``first`` for ``switch`` updates, then ``optax.lbfgs(memory_size=memory)``."""
     return phased(first, switch, optax.lbfgs(memory_size=memory))
 
@@ -246,42 +264,101 @@ def phased(
     first: optax.GradientTransformation,
     switch: int,
     polish: optax.GradientTransformationExtraArgs,
-) -> optax.GradientTransformationExtraArgs:
+) -> Phased:
     """``first`` for ``switch`` updates, then ``polish``.
 
     The update takes optax's extra arguments ``value``, ``grad`` and ``value_fn`` (the loss at
     ``params``, its gradient, and the loss as a function of the parameters), which the
-    polish's line search (and Newton's Hessian) needs; ``make_step`` passes them. Each phase
-    leaves the other's state as it is.
+    polish's line search (and Newton's Hessian) needs; ``make_step`` passes them. The state
+    holds one phase's state at a time (``PhasedState``), and which one fixes, when the step
+    is traced, which phase's update runs: ``enter_polish`` replaces the first's with the
+    polish's once ``switch`` updates have been taken (``make_step``'s step does so itself).
     """
 
     def init(params):
+        return PhasedState(jnp.zeros((), jnp.int32), first.init(params), None)
+
+    def polish_init(params):
         inner = map_history(polish.init(params), params, _place_stack)
         # optax's L-BFGS state holds one array in several leaves; the step donates its state,
         # which needs every leaf its own buffer.
-        inner = jax.tree_util.tree_map(jnp.copy, inner)
-        return PhasedState(jnp.zeros((), jnp.int32), first.init(params), inner)
+        return jax.tree_util.tree_map(jnp.copy, inner)
 
     def update(updates, state, params=None, *, value=None, grad=None, value_fn=None, **extra):
-        def gradient_phase(_):
+        if state.polish is None:
             out, inner = first.update(updates, state.first, params)
-            return out, state._replace(first=inner)
+            return out, PhasedState(state.count + 1, inner, None)
+        out, inner = polish.update(
+            updates, state.polish, params, value=value, grad=grad, value_fn=value_fn
+        )
+        # The state keeps its types from one step to the next: some optax versions' update
+        # returns a counter of another integer width than their init made (int32 against
+        # int64).
+        inner = jax.tree_util.tree_map(lambda new, old: new.astype(old.dtype), inner, state.polish)
+        return out, PhasedState(state.count + 1, None, inner)
 
-        def lbfgs_phase(_):
-            out, inner = polish.update(
-                updates, state.polish, params, value=value, grad=grad, value_fn=value_fn
-            )
-            # Both branches must return the same types: some optax versions' update returns a
-            # counter of another integer width than their init made (int32 against int64).
-            inner = jax.tree_util.tree_map(
-                lambda new, old: new.astype(old.dtype), inner, state.polish
-            )
-            return out, state._replace(polish=inner)
+    return Phased(init, update, polish_init, switch)
 
-        out, state = jax.lax.cond(state.count < switch, gradient_phase, lbfgs_phase, None)
-        return out, state._replace(count=state.count + 1)
 
-    return optax.GradientTransformationExtraArgs(init, update)
+def in_polish(state: FitState) -> bool:
+    """Whether ``state``'s optimiser state is in the polish's form (``PhasedState``)."""
+    return isinstance(state.opt_state, PhasedState) and state.opt_state.first is None
+
+
+def enter_polish(state: FitState, optimizer) -> FitState:
+    """``state`` with the polish's optimiser state in place of the gradient phases' once
+    ``optimizer`` (``phased``) has taken its ``switch`` updates; otherwise ``state`` itself.
+
+    The gradient phases' state (AdaBelief's moments) is deleted from the devices here, as a
+    donated argument would be, so that the polish's first step does not run beside it.
+    """
+    opt = state.opt_state
+    if not isinstance(optimizer, Phased) or not isinstance(opt, PhasedState) or in_polish(state):
+        return state
+    if int(opt.count) < optimizer.switch:
+        return state
+    polish = optimizer.polish_init(state.params)
+    for leaf in jax.tree.leaves(opt.first):
+        if isinstance(leaf, jax.Array) and not leaf.is_deleted():
+            leaf.delete()
+    return state._replace(opt_state=PhasedState(opt.count, None, polish))
+
+
+def polish_form(state: FitState, optimizer: Phased) -> FitState:
+    """The shapes, dtypes and shardings of ``state`` (real or abstract) in the polish's form:
+    what ``enter_polish`` will make, for compiling the polish's program (or reading its
+    checkpoint) ahead of it. Leaves shaped like a parameter take its sharding, the L-BFGS
+    histories their parameter's stacked, the rest (scalars) the step count's."""
+    shapes = jax.eval_shape(optimizer.polish_init, state.params)
+    abstract = lambda x: jax.ShapeDtypeStruct(  # noqa: E731
+        jnp.shape(x), jnp.result_type(x), sharding=getattr(x, "sharding", None)
+    )
+    params = jax.tree.map(abstract, state.params)
+    by_shape = {}
+    for leaf in jax.tree.leaves(params):
+        by_shape.setdefault((leaf.shape, np.dtype(leaf.dtype)), leaf.sharding)
+    # Scalars made outside any mesh (the step count) are replicated over the parameters'.
+    meshes = [x.mesh for x in by_shape.values() if isinstance(x, NamedSharding)]
+    scalar = NamedSharding(meshes[0], P()) if meshes else getattr(state.step, "sharding", None)
+    scalar = scalar or next(iter(by_shape.values()), None)
+    abstract_scalar = lambda x: jax.ShapeDtypeStruct((), jnp.result_type(x), sharding=scalar)  # noqa: E731
+    polish = jax.tree.map(
+        lambda s: jax.ShapeDtypeStruct(
+            s.shape, s.dtype, sharding=by_shape.get((s.shape, np.dtype(s.dtype)), scalar)
+        ),
+        shapes,
+    )
+    polish = map_history(
+        polish,
+        params,
+        lambda stack, leaf: jax.ShapeDtypeStruct(
+            stack.shape,
+            stack.dtype,
+            sharding=None if leaf.sharding is None else stacked_sharding(leaf.sharding),
+        ),
+    )
+    count = abstract_scalar(state.opt_state.count)
+    return FitState(params, PhasedState(count, None, polish), abstract_scalar(state.step))
 
 
 class NewtonState(NamedTuple):
@@ -348,27 +425,31 @@ def newton_cg(cg_steps: int) -> optax.GradientTransformationExtraArgs:
             hp = hvp(p)
             curvature = _vdot(p, hp)
             bend = curvature <= 0
-            alpha = rs / jnp.where(bend, 1.0, curvature)
+            # At a bend d, r and p stay as they are: a step of 0 along p, and p kept whole
+            # (arithmetic, not a select between old and new vectors, so that each can be
+            # updated in place).
+            alpha = jnp.where(bend, 0.0, rs / jnp.where(bend, 1.0, curvature))
             d_next = _axpy(alpha, p, d)
             r_next = _axpy(-alpha, hp, r)
             rs_next = _vdot(r_next, r_next)
-            beta = rs_next / jnp.where(rs > 0, rs, 1.0)
-            p_next = _axpy(beta, p, r_next)
-            pick = lambda new, old: jax.tree.map(  # noqa: E731
-                lambda a, b: jnp.where(bend, b, a), new, old
-            )
-            return (k + 1, pick(d_next, d), pick(r_next, r), pick(p_next, p),
-                    jnp.where(bend, rs, rs_next), bend)  # fmt: skip
+            beta = jnp.where(bend, 1.0, rs_next / jnp.where(rs > 0, rs, 1.0))
+            keep = jnp.where(bend, 0.0, 1.0)
+            p_next = _axpy(beta, p, jax.tree.map(lambda x: (keep * x).astype(x.dtype), r_next))
+            return (k + 1, d_next, r_next, p_next, jnp.where(bend, rs, rs_next), bend)
 
         minus_g = jax.tree.map(jnp.negative, grad)
         zeros = jax.tree.map(jnp.zeros_like, grad)
         rs0 = _vdot(minus_g, minus_g)
         start = (jnp.zeros((), jnp.int32), zeros, minus_g, minus_g, rs0, rs0 <= 0)
         iterations, d, _, _, _, bent = jax.lax.while_loop(going, iteration, start)
-        # Negative curvature at the first iteration leaves d = 0: go down the gradient.
+        # The gradient again, not ``grad`` kept through the loop: one parameter-shaped array
+        # less beside its vectors, for one gradient against the solve's up to cg_steps
+        # Hessian-vector products. Negative curvature at the first iteration leaves d = 0:
+        # go down the gradient.
+        g = gradient_of(params)
         found = _vdot(d, d) > 0
-        d = jax.tree.map(lambda a, b: jnp.where(found, a, b), d, minus_g)
-        size = _backtrack(value_fn, params, value, _vdot(grad, d), d)
+        d = jax.tree.map(lambda a, b: jnp.where(found, a, -b), d, g)
+        size = _backtrack(value_fn, params, value, _vdot(g, d), d)
         step = jax.tree.map(lambda x: (size * x).astype(x.dtype), d)
         return step, NewtonState(size.astype(jnp.float32), bent, iterations)
 
@@ -415,10 +496,9 @@ class TrustRegionState(NamedTuple):
 _RATIO_POOR, _RATIO_GOOD = 0.25, 0.75
 
 
-def _to_boundary(d, p, radius):
-    """tau >= 0 with ||d + tau p|| = radius (||d|| <= radius): the positive root of
-    p.p tau^2 + 2 d.p tau + d.d - radius^2."""
-    pp, dp, dd = _vdot(p, p), _vdot(d, p), _vdot(d, d)
+def _to_boundary(pp, dp, dd, radius):
+    """tau >= 0 with ||d + tau p|| = radius (||d|| <= radius), from pp = p.p, dp = d.p and
+    dd = d.d: the positive root of pp tau^2 + 2 dp tau + dd - radius^2."""
     disc = jnp.maximum(dp * dp + pp * (radius * radius - dd), 0.0)
     return (jnp.sqrt(disc) - dp) / jnp.where(pp > 0, pp, 1.0)
 
@@ -470,10 +550,12 @@ def newton_trust_region(cg_steps: int) -> optax.GradientTransformationExtraArgs:
             bend = curvature <= 0
             rp = _vdot(r, p)
             alpha = rs / jnp.where(bend, 1.0, curvature)
-            d_next = _axpy(alpha, p, d)
-            out = bounded & (_vdot(d_next, d_next) >= radius * radius)
+            # ||d + alpha p||^2 from three dot products, not from the vector d + alpha p,
+            # which would be one more parameter-shaped array in the loop.
+            pp, dp, dd = _vdot(p, p), _vdot(d, p), _vdot(d, d)
+            out = bounded & (dd + alpha * (2 * dp + alpha * pp) >= radius * radius)
             # To the radius along p; without one, a bend keeps d (or, at d = 0, takes p = -g).
-            tau = jnp.where(bounded, _to_boundary(d, p, radius), jnp.where(k == 0, 1.0, 0.0))
+            tau = jnp.where(bounded, _to_boundary(pp, dp, dd, radius), jnp.where(k == 0, 1.0, 0.0))
             stop = bend | out
             step = jnp.where(stop, tau, alpha)
             d_next = _axpy(step, p, d)
@@ -502,11 +584,13 @@ def newton_trust_region(cg_steps: int) -> optax.GradientTransformationExtraArgs:
         ratio = jnp.where(resolved, ratio, jnp.where(loss <= value, 1.0, 0.0))
         taken = (ratio >= _ARMIJO) & (predicted > 0)
         # Only a step the ratio refuses is backtracked: jnp.where would run the halvings (loss
-        # evaluations) for every step.
+        # evaluations) for every step. Its slope takes the gradient again (as newton_cg's),
+        # so that ``grad`` is not kept through the solve.
+        slope = lambda: _vdot(gradient_of(params), d)  # noqa: E731
         size = jax.lax.cond(
             taken,
             lambda: jnp.ones((), real),
-            lambda: _backtrack(value_fn, params, value, _vdot(grad, d), d, loss).astype(real),
+            lambda: _backtrack(value_fn, params, value, slope(), d, loss).astype(real),
         )
         at_radius = bounded & (length >= 0.99 * radius)
         radius_next = jnp.where(
@@ -576,7 +660,9 @@ def init_state(params, optimizer: optax.GradientTransformation) -> FitState:
 def make_step(loss_fn: Callable, optimizer: optax.GradientTransformation) -> Callable:
     """A jitted ``step(state, inputs) -> (state, loss, aux)`` that donates ``state``.
 
-    ``loss`` and ``aux`` are evaluated at the parameters *before* the update.
+    ``loss`` and ``aux`` are evaluated at the parameters *before* the update. With a phased
+    optimiser (``phased``) the step is a ``PhasedStep``: one program for the gradient phases
+    and one for the polish, which it enters itself (``enter_polish``).
     """
 
     def step(state: FitState, inputs):
@@ -588,7 +674,52 @@ def make_step(loss_fn: Callable, optimizer: optax.GradientTransformation) -> Cal
         params = optax.apply_updates(state.params, updates)
         return FitState(params, opt_state, state.step + 1), loss, aux
 
-    return jax.jit(step, donate_argnums=0)
+    jitted = jax.jit(step, donate_argnums=0)
+    if isinstance(optimizer, Phased):
+        return PhasedStep(jitted, optimizer)
+    return jitted
+
+
+class PhasedStep:
+    """The step of a phased optimiser: the gradient phases' program until ``switch`` steps
+    have been taken, then, from a state ``enter_polish`` has put in the polish's form, the
+    polish's. ``compile`` compiles both ahead of the first step; otherwise each compiles when
+    first called, as ``jax.jit`` does."""
+
+    def __init__(self, jitted, optimizer: Phased):
+        self.jitted = jitted
+        self.optimizer = optimizer
+        self.programs: dict[str, Any] = {}
+
+    def __call__(self, state: FitState, inputs):
+        state = enter_polish(state, self.optimizer)
+        phase = "polish" if in_polish(state) else "gradient"
+        return self.programs.get(phase, self.jitted)(state, inputs)
+
+    def lower(self, state: FitState, inputs):
+        """The gradient phases' program lowered for ``state`` (``jax.jit``'s ``lower``); see
+        ``compile`` for both."""
+        return self.jitted.lower(state, inputs)
+
+    def compile(self, state: FitState, inputs) -> dict[str, Any]:
+        """Compile the programs still to run from ``state`` (real or abstract) with
+        ``inputs``: both phases' from a gradient phase's state, the polish's alone from the
+        polish's; return them by phase ("gradient", "polish")."""
+        polishing = state if in_polish(state) else polish_form(state, self.optimizer)
+        self.programs = {"polish": self.jitted.lower(polishing, inputs).compile()}
+        if not in_polish(state):
+            self.programs["gradient"] = self.jitted.lower(state, inputs).compile()
+        return self.programs
+
+
+def compile_step(step, state: FitState, inputs) -> tuple[Callable, dict[str, Any]]:
+    """``step`` (``make_step``'s) with its programs compiled ahead of the first step for
+    ``state`` and ``inputs``, and those programs by phase ("gradient", "polish"; a fit
+    without a polish has only the first, one resumed in its polish only the second)."""
+    if isinstance(step, PhasedStep):
+        return step, step.compile(state, inputs)
+    compiled = step.lower(state, inputs).compile()
+    return compiled, {"gradient": compiled}
 
 
 def run(
@@ -726,8 +857,12 @@ def save_checkpoint(directory: Path, state: FitState, history: FitHistory) -> Pa
     return final
 
 
-def load_checkpoint(directory: Path, template: FitState) -> tuple[FitState, FitHistory]:
-    """Read a checkpoint written by ``save_checkpoint`` for a state shaped like ``template``.
+def load_checkpoint(
+    directory: Path, template: FitState, optimizer=None
+) -> tuple[FitState, FitHistory]:
+    """Read a checkpoint written by ``save_checkpoint`` for a state shaped like ``template``
+    (a gradient phase's; with a phased ``optimizer``, a checkpoint written in the polish is
+    read in the polish's form, ``polish_form``).
 
     Refuses a checkpoint whose parameter names, shapes or dtypes differ from ``template``'s
     (a checkpoint of another configuration or data set).
@@ -738,6 +873,10 @@ def load_checkpoint(directory: Path, template: FitState) -> tuple[FitState, FitH
     with np.load(path) as saved:
         names = list(saved["leaf_names"])
         expected = _leaf_names(template)
+        if names != expected and isinstance(optimizer, Phased) and not in_polish(template):
+            polishing = polish_form(template, optimizer)
+            if names == _leaf_names(polishing):
+                template, expected = polishing, names
         if names != expected:
             raise ValueError(
                 f"checkpoint {path} holds parameters {names[:4]}... but this run expects "

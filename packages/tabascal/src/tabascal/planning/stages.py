@@ -2,11 +2,12 @@
 
 A fit runs five kinds of device program: the set-up (the initial RFI prediction and the sky
 mean of the data less it, then the optimiser's state), the initial diagnostics (loss and
-reduced chi-squared), the optimisation step, the final prediction and the export (the residual
-and the final chi-squared). ``compile_stages`` lowers and compiles each of them for one
-sharding route from a model whose per-row arrays may be ``jax.ShapeDtypeStruct``s
-(``joint.abstract_model``), so the memory of a problem too large for the machine at hand can
-be read before any data is read or simulated.
+reduced chi-squared), the optimisation step (stage "step": the gradient phases'; "polish":
+the polish's, with its own optimiser state in place of theirs), the final prediction and the
+export (the residual and the final chi-squared). ``compile_stages`` lowers and compiles each
+of them for one sharding route from a model whose per-row arrays may be
+``jax.ShapeDtypeStruct``s (``joint.abstract_model``), so the memory of a problem too large for
+the machine at hand can be read before any data is read or simulated.
 
 The routes are ``tabascal.parallel.routes.ROUTES``. ``place_abstract`` runs a route's own
 placement on a stand-in model whose abstract arrays have every axis after the first of length
@@ -14,7 +15,8 @@ placement on a stand-in model whose abstract arrays have every axis after the fi
 with those arrays abstract again, each carrying the sharding the route gave it.
 
 Per-device peak estimate: the bytes resident on the device while a stage runs (the placed
-model; from the diagnostics on, the optimiser state too; during the export, the prediction)
+model; from the diagnostics on, the optimiser state too: the gradient phases' up to their
+step, the polish's from its step on; during the export, the prediction)
 plus the stage's working set (outputs and temporaries, less outputs aliased to donated
 arguments), maximised over the stages. XLA's buffer assignment gives the working set; SPMD
 programs are the same on every device, so only the resident bytes differ between devices.
@@ -222,12 +224,25 @@ def compile_stages(
     state = optimiser.FitState(params, opt_state, jax.ShapeDtypeStruct((), np.int32))
     inputs = (constants, data)
     stage("diagnostics", jax.jit(diagnostics), (params, inputs), extra=opt_state)
-    stage("step", optimiser.make_step(loss_fn, optimizer), (state, inputs), extra=opt_state)
+    step = optimiser.make_step(loss_fn, optimizer)
+    stage("step", step, (state, inputs), extra=opt_state)
+    if isinstance(step, optimiser.PhasedStep):
+        # The polish's own program: its state in place of the gradient phases', which is
+        # what the fit ends holding.
+        opt_state = optimiser.polish_form(state, optimizer).opt_state
+        stage("polish", step.jitted, (state._replace(opt_state=opt_state), inputs), opt_state)
     predict_fn = partial(r.predict, spec=spec)
     predicted = stage("predict", jax.jit(predict_fn), (params, constants), extra=opt_state)
     prediction = _output_tree(predicted, jax.eval_shape(predict_fn, params, constants), mesh)
     stage("export", jax.jit(export), (prediction, data), extra=(opt_state, prediction))
     return reports
+
+
+def limiting_step(reports: list[StageReport]) -> StageReport:
+    """Of the optimisation's stages ("step", and "polish" where the fit has one), the one
+    whose program needs the most per device (arguments and working set)."""
+    steps = [r for r in reports if r.name in ("step", "polish")]
+    return max(steps, key=lambda r: r.memory.arguments + r.memory.working_set)
 
 
 def plan_stages(source, model_config, fit_config, route, *, init: str = "data", seed: int = 0):
