@@ -186,3 +186,34 @@ def test_trust_region_polish_on_the_baseline_axis_equals_the_unsharded_run(store
     # 7.8e-16 and 5.6e-16 (2026-12-04).
     polish = "polish: trust-region\n  polish_steps: 2\n  polish_cg_steps: 8\n"
     _polished_runs_agree(store, tmp_path, polish, steps=4, rel=5e-9)
+
+
+@pytest.mark.heavy
+def test_resume_in_the_polish_on_the_baseline_axis_equals_the_uninterrupted_run(store, tmp_path):
+    """Two gradient steps and three trust-region steps on the baseline axis with the reuse
+    plan, stopped after the first polish step (a checkpoint of the polish's state alone,
+    placed again over the devices as its program expects) and resumed: the same rows as one
+    run."""
+    polish = (
+        "polish: trust-region\n  polish_steps: {}\n  polish_cg_steps: 8\n  polish_tolerance: 0.0\n"
+    )
+    config = {}
+    for name, steps in (("whole", 3), ("split", 1)):
+        config[name] = tmp_path / f"{name}.yaml"
+        config[name].write_text(
+            CONFIG.replace("steps: 3\n", "steps: 2\n", 1).replace(
+                "polish_steps: 0\n", polish.format(steps), 1
+            )
+        )
+    whole = _run(store, tmp_path / "whole", "baseline", config["whole"], "--reuse-plan")
+    _run(store, tmp_path / "split", "baseline", config["split"], "--reuse-plan")
+    resumed = _run(
+        store, tmp_path / "split", "baseline", config["whole"], "--reuse-plan", "--resume"
+    )
+    assert resumed["steps"] == whole["steps"] == 5
+    assert set(resumed["step_phases"]) == {"polish"}
+    assert resumed["chi2_final"] == whole["chi2_final"]
+    for key in ("model_vis", "rfi_vis", "sky_vis"):
+        a = np.asarray(zarr.open_group(str(tmp_path / "whole" / "results.zarr"), mode="r")[key])
+        b = np.asarray(zarr.open_group(str(tmp_path / "split" / "results.zarr"), mode="r")[key])
+        np.testing.assert_array_equal(a, b, err_msg=key)

@@ -74,6 +74,32 @@ def test_resume_reaches_the_same_result_as_an_uninterrupted_run(obs, tmp_path):
     np.testing.assert_array_equal(a["model_vis"][...], b["model_vis"][...])
 
 
+def test_resume_from_a_checkpoint_written_in_the_polish_reaches_the_same_result(obs, tmp_path):
+    """Three gradient steps, then trust-region steps: stopped after the first polish step (its
+    checkpoint holds the polish's state alone) and resumed to the third, as one run."""
+    settings = {
+        "fit": {
+            "steps": 3, "second_phase_steps": 0, "polish": "trust-region", "polish_steps": 3,
+            "polish_cg_steps": 5, "polish_tolerance": 0.0, "checkpoint_every": 100,
+        },
+        "output": {"plots": False},
+    }  # fmt: skip
+    whole = job.run(obs, tmp_path / "whole", run_config.load(settings), progress=False)
+    first = run_config.load(settings)
+    first["fit"]["polish_steps"] = 1
+    job.run(obs, tmp_path / "split", first, progress=False)
+    resumed = job.run(
+        obs, tmp_path / "split", run_config.load(settings), resume=True, progress=False
+    )
+    assert resumed["steps"] == whole["steps"] == 6
+    assert set(resumed["step_phases"]) == {"polish"}  # nothing of the gradient phases to run
+    assert set(whole["step_phases"]) == {"gradient", "polish"}
+    assert resumed["chi2_final"] == whole["chi2_final"]
+    a = zarr.open_group(str(tmp_path / "whole" / "results.zarr"), mode="r")
+    b = zarr.open_group(str(tmp_path / "split" / "results.zarr"), mode="r")
+    np.testing.assert_array_equal(a["model_vis"][...], b["model_vis"][...])
+
+
 def test_a_non_empty_output_folder_is_never_overwritten_silently(obs, tmp_path):
     out = tmp_path / "out"
     out.mkdir()

@@ -550,8 +550,8 @@ def newton_trust_region(cg_steps: int) -> optax.GradientTransformationExtraArgs:
             bend = curvature <= 0
             rp = _vdot(r, p)
             alpha = rs / jnp.where(bend, 1.0, curvature)
-            # ||d + alpha p||^2 from three dot products, not from the vector d + alpha p,
-            # which would be one more parameter-shaped array in the loop.
+            # ||d + alpha p||^2 from the boundary's three dot products (XLA fused the norm of
+            # d + alpha p into one pass without forming it; this saves that pass).
             pp, dp, dd = _vdot(p, p), _vdot(d, p), _vdot(d, d)
             out = bounded & (dd + alpha * (2 * dp + alpha * pp) >= radius * radius)
             # To the radius along p; without one, a bend keeps d (or, at d = 0, takes p = -g).
