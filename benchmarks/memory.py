@@ -90,9 +90,10 @@ def _arguments(argv=None):
     )
     parser.add_argument(
         "--polish",
-        default="lbfgs",
+        default=None,
         choices=("lbfgs", "newton", "trust-region"),
-        help="fit.polish: the L-BFGS polish (its histories in the state) or Newton's",
+        help="fit.polish (default: the fit's own, trust-region): L-BFGS (its histories in "
+        "the polish's state) or Newton's",
     )
     parser.add_argument("--json", type=Path, default=None, help="output path (default results/)")
     return parser.parse_args(argv)
@@ -194,7 +195,9 @@ def main(argv=None) -> list[dict]:
             start = time.perf_counter()
             model = joint.abstract_model(meta, run_config.model_config(config), snr=snr)
             seconds_model = time.perf_counter() - start
-            fit_config = dataclasses.replace(run_config.fit_config(config), polish=options.polish)
+            fit_config = run_config.fit_config(config)
+            if options.polish is not None:
+                fit_config = dataclasses.replace(fit_config, polish=options.polish)
             print(
                 f"\n{options.preset}, {channels} channels, {rfi} RFI: {meta.n_ant} stations, "
                 f"{meta.n_bl} baselines, {meta.n_sat} satellites, {meta.n_time} cells, "
@@ -222,7 +225,7 @@ def main(argv=None) -> list[dict]:
                             "axis": axis,
                             "devices": n_dev,
                             "phase_cache_mode": phase_cache,
-                            "polish": options.polish,
+                            "polish": fit_config.polish,
                             "cpu_scheduler": options.cpu_scheduler,
                             "n_ant": meta.n_ant,
                             "n_bl": meta.n_bl,

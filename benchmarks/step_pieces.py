@@ -1,0 +1,223 @@
+"""What one device's optimisation step is made of: the memory of its pieces compiled alone,
+and how many of the sky's modes its parameters hold against what each baseline uses.
+
+    python benchmarks/step_pieces.py --preset bench-512 --channels 64
+    python benchmarks/step_pieces.py --preset bench-512 --channels 64 --stations 256
+
+Pieces, each lowered and compiled from abstract shapes on one CPU device (as
+``benchmarks/memory.py`` compiles the stages): the loss; its value and gradient; a
+Hessian-vector product (forward over reverse, as the Newton and trust-region polishes take
+it); the gradient phases' step; the polish's step. Each is reported in bytes and in
+visibility cubes (n_bl x n_freq x n_time complex64): everything visibility-shaped scales with
+the cube, everything parameter-shaped with the sky's modes.
+
+The sky's modes: the sky holds one box of modes (n_kf, n_kt) for every baseline, sized by the
+baseline with the largest fringe rate and delay (``tabascal.model.sky``); each baseline's own
+spectrum keeps only the modes above the cutoff (its weights are zero beyond them). The script
+counts what each baseline keeps, and what the sky would hold with the baselines in G groups,
+each with the box of its largest member (the best contiguous split of the baselines ordered by
+their own box, for G up to ``--groups``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common
+
+PIECES = ("loss", "value_and_grad", "hvp", "gradient_step", "polish_step")
+
+
+def _arguments(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="bench-512")
+    parser.add_argument("--channels", type=int, default=64)
+    parser.add_argument("--stations", type=int, default=None, help="override n_stations")
+    parser.add_argument("--rfi", default="hybrid", choices=sorted(_common.RFI_ROUTES))
+    parser.add_argument("--pieces", nargs="+", default=list(PIECES), choices=PIECES)
+    parser.add_argument("--groups", type=int, default=6, help="most sky groups to consider")
+    parser.add_argument("--json", type=Path, default=None, help="output path (default results/)")
+    return parser.parse_args(argv)
+
+
+def grouped_modes(n_freq_modes, n_time_modes, max_groups: int) -> list[dict]:
+    """The fewest modes the sky would hold with the baselines split into 1..max_groups groups,
+    each holding the box of its largest member: dynamic programming over the distinct
+    (freq, time) mode counts, ordered by their product, split into contiguous runs.
+
+    n_freq_modes, n_time_modes: (n_bl,) modes each baseline keeps on each axis. Returns one
+    {"groups", "modes", "boxes": [(count, n_kf, n_kt)]} per group count.
+    """
+    pairs, counts = np.unique(np.stack([n_freq_modes, n_time_modes], 1), axis=0, return_counts=True)
+    order = np.argsort(pairs[:, 0] * pairs[:, 1], kind="stable")
+    pairs, counts = pairs[order], counts[order]
+    n = len(pairs)
+    total = np.concatenate([[0], np.cumsum(counts)])
+
+    def cost(i, j):  # the run i..j (inclusive) as one group
+        box = pairs[i : j + 1].max(axis=0)
+        return int(total[j + 1] - total[i]) * int(box[0]) * int(box[1]), box
+
+    best = np.full((max_groups + 1, n + 1), np.inf)
+    best[0, 0] = 0
+    start = np.zeros((max_groups + 1, n + 1), int)
+    for g in range(1, max_groups + 1):
+        for j in range(1, n + 1):
+            for i in range(j):
+                value = best[g - 1, i] + cost(i, j - 1)[0]
+                if value < best[g, j]:
+                    best[g, j], start[g, j] = value, i
+    out = []
+    for g in range(1, max_groups + 1):
+        if not np.isfinite(best[g, n]):
+            break
+        boxes, j = [], n
+        for k in range(g, 0, -1):
+            i = start[k, j]
+            box = cost(i, j - 1)[1]
+            boxes.append((int(total[j] - total[i]), int(box[0]), int(box[1])))
+            j = i
+        out.append({"groups": g, "modes": int(best[g, n]), "boxes": boxes[::-1]})
+    return out
+
+
+def sky_modes(meta, model_config, geometry, max_groups: int) -> dict:
+    """The sky's shared box against each baseline's own, and grouped (``grouped_modes``);
+    geometry: ``joint.observation_geometry``'s."""
+    from tabascal.model import sky
+
+    rate, delay = geometry.sky_fringe_rate_hz, geometry.sky_delay_s
+    grid = sky.make_grid(
+        model_config.sky, rate, meta.n_freq, meta.n_time, meta.chan_width, meta.int_time,
+        delay_s=delay,
+    )  # fmt: skip
+    constants = sky.make_constants(model_config.sky, grid, rate, delay_s=delay, dtype=np.float32)
+    n_kf = (np.asarray(constants.weight_freq) > 0).sum(axis=1)
+    n_kt = (np.asarray(constants.weight_time) > 0).sum(axis=1)
+    box = (2 * grid.half_freq + 1) * (2 * grid.half_time + 1)
+    return {
+        "box": [2 * grid.half_freq + 1, 2 * grid.half_time + 1],
+        "cells": [meta.n_freq, meta.n_time],
+        "shared_modes": int(meta.n_bl * box),
+        "own_modes": int(np.sum(n_kf * n_kt)),
+        "own_median": [float(np.median(n_kf)), float(np.median(n_kt))],
+        "nyquist_fractions": {
+            "fringe_rate_max": float(np.max(rate) * 2 * meta.int_time),
+            "fringe_rate_p99": float(np.quantile(rate, 0.99) * 2 * meta.int_time),
+            "delay_max": float(np.max(delay) * 2 * meta.chan_width),
+            "delay_p99": float(np.quantile(delay, 0.99) * 2 * meta.chan_width),
+        },
+        "grouped": grouped_modes(n_kf, n_kt, max_groups),
+    }
+
+
+def measure_pieces(model, fit_config, pieces) -> dict:
+    """Compile each piece for ``model`` (abstract) on one device; return its memory figures."""
+    import dataclasses
+    from functools import partial
+
+    import jax
+
+    from tabascal.fitting import optimiser
+    from tabascal.parallel import routes
+    from tabascal.planning import memory, stages
+
+    placed = stages.place_abstract(model, "none", None)
+    constants, data, params = stages._abstract((placed.constants, placed.data, placed.params))
+    loss_fn = partial(routes.route("none").loss, spec=placed.spec)
+    inputs = (constants, data)
+
+    def value(p, i):
+        return loss_fn(p, i)[0]
+
+    def hvp(p, v, i):
+        return jax.jvp(lambda q: jax.grad(value)(q, i), (p,), (v,))[1]
+
+    polished = dataclasses.replace(fit_config, polish_steps=max(fit_config.polish_steps, 1))
+    optimizer = optimiser.make_optimizer(polished)
+    step = optimiser.make_step(loss_fn, optimizer)
+    state = jax.eval_shape(partial(optimiser.init_state, optimizer=optimizer), params)
+    programs = {
+        "loss": lambda: jax.jit(value).lower(params, inputs),
+        "value_and_grad": lambda: jax.jit(jax.value_and_grad(value)).lower(params, inputs),
+        "hvp": lambda: jax.jit(hvp).lower(params, params, inputs),
+        "gradient_step": lambda: step.lower(state, inputs),
+        "polish_step": lambda: step.jitted.lower(optimiser.polish_form(state, optimizer), inputs),
+    }
+    out = {}
+    for name in pieces:
+        start = time.perf_counter()
+        compiled = programs[name]().compile()
+        out[name] = {
+            **memory.stage_memory(compiled).as_dict(),
+            "seconds_compile": time.perf_counter() - start,
+        }
+        print(f"  {name} compiled in {out[name]['seconds_compile']:.0f} s", flush=True)
+    return out
+
+
+def main(argv=None) -> dict:
+    options = _arguments(argv)
+    _common.use_cpu_devices(1)
+    import jax
+
+    from tabascal.config import run_config
+    from tabascal.model import joint
+    from tabascal.simulate import presets
+
+    jax.config.update("jax_enable_x64", False)
+    record = _common.provenance(["benchmarks/step_pieces.py", *(argv or sys.argv[1:])])
+    extra = {"array": {"n_stations": options.stations}} if options.stations else None
+    scene = presets.observation_scene(
+        options.preset, _common.preset_overrides(options.channels, extra)
+    )
+    meta = scene.meta
+    config = _common.run_config(options.rfi)
+    model_config = run_config.model_config(config)
+    start = time.perf_counter()
+    geometry = joint.observation_geometry(meta, model_config)
+    model = joint.abstract_model(meta, model_config, snr=presets.expected_snr(scene), geom=geometry)
+    cube = meta.n_bl * meta.n_freq * meta.n_time * 8
+    params = sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree.leaves(model.params))
+    print(
+        f"{options.preset}, {options.channels} channels, {meta.n_ant} stations, {meta.n_bl} "
+        f"baselines: cube {_common.gb(cube)} GB, parameters {_common.gb(params)} GB "
+        f"(sky modes {model.info['sky_modes']}; model in {time.perf_counter() - start:.0f} s)",
+        flush=True,
+    )
+    record.update(
+        preset=options.preset, channels=options.channels, n_ant=meta.n_ant, n_bl=meta.n_bl,
+        n_time=meta.n_time, rfi=options.rfi, cube_bytes=cube, parameter_bytes=params,
+        rfi_groups=model.info["rfi_groups"],
+    )  # fmt: skip
+    record["sky"] = sky_modes(meta, model_config, geometry, options.groups)
+    record["pieces"] = measure_pieces(model, run_config.fit_config(config), options.pieces)
+
+    print(f"{'piece':>15} {'arguments GB':>13} {'temporaries GB':>15} {'cubes':>7} {'params':>7}")
+    for name, piece in record["pieces"].items():
+        temps = piece["temporaries"]
+        print(
+            f"{name:>15} {_common.gb(piece['arguments']):>13} {_common.gb(temps):>15} "
+            f"{temps / cube:7.2f} {temps / params:7.2f}"
+        )
+    sky = record["sky"]
+    print(
+        f"sky box {sky['box']} for {sky['cells']} cells; each baseline's own modes: "
+        f"{sky['own_modes'] / sky['shared_modes']:.3f} of the shared box's (median "
+        f"{sky['own_median']})"
+    )
+    for row in sky["grouped"]:
+        print(f"  {row['groups']} groups: {row['modes'] / sky['shared_modes']:.3f}  {row['boxes']}")
+    path = _common.write_json([record], options.json, "step_pieces")
+    print(f"wrote {path}")
+    return record
+
+
+if __name__ == "__main__":
+    main()
