@@ -181,8 +181,8 @@ def _memory_lines(by_axis: dict[str, tuple[int, dict]]) -> list[str]:
 
     first = parts(next(iter(by_axis.values()))[1])
     lines = [
-        "  one optimisation step, per device (the phase's that needs the most; compiled; MiB, "
-        "and against one device)",
+        "  one optimisation step, per device (the larger phase's; compiled; MiB, against one "
+        "device)",
         "    axis       devices    arguments       working set         total",
     ]
     for axis, (devices, stage) in by_axis.items():
