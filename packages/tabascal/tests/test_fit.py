@@ -469,3 +469,19 @@ def test_each_phase_runs_its_own_program_holding_only_its_own_optimiser_state(po
     state, _, _ = step(state, inputs)  # the first polish step
     assert state.opt_state.first is None and state.opt_state.polish is not None
     assert all(leaf.is_deleted() for leaf in moments)
+
+
+def test_a_checkpoint_holding_both_phases_states_is_refused_with_what_to_do(tmp_path):
+    """Checkpoints written before the phases became two programs held AdaBelief's state and
+    the polish's side by side; this version says so rather than that the model differs."""
+    config = _fit_config(optimizer="adabelief", steps=2, polish="trust-region", polish_steps=1)
+    optimizer = optimiser.make_optimizer(config)
+    state = optimiser.init_state(_start()[0], optimizer)
+    polish = optimiser.polish_form(state, optimizer).opt_state.polish
+    both = state._replace(
+        opt_state=state.opt_state._replace(polish=jax.tree.map(jnp.zeros_like, polish))
+    )
+    empty = optimiser.FitHistory(np.zeros(0), np.zeros(0))
+    optimiser.save_checkpoint(tmp_path, both, empty)
+    with pytest.raises(ValueError, match=r"both phases' optimiser states.*without --resume"):
+        optimiser.load_checkpoint(tmp_path, state, optimizer)

@@ -877,6 +877,14 @@ def load_checkpoint(
             polishing = polish_form(template, optimizer)
             if names == _leaf_names(polishing):
                 template, expected = polishing, names
+        both = [any(n.startswith(f".opt_state.{k}") for n in names) for k in ("first", "polish")]
+        if names != expected and all(both):
+            raise ValueError(
+                f"checkpoint {path} holds both phases' optimiser states, as tabascal wrote "
+                "them before the gradient phases and the polish became two programs "
+                "(2026-12-05); this version cannot resume it: run the fit again without "
+                "--resume (or with the tabascal that wrote it)"
+            )
         if names != expected:
             raise ValueError(
                 f"checkpoint {path} holds parameters {names[:4]}... but this run expects "
