@@ -264,3 +264,45 @@ def test_run_and_plan_report_whether_the_phase_moments_are_kept(small_store, tmp
     print(f"chi2_final kept {a!r}, formed {b!r}")
     # float64, 3 steps: measured 3.3e-12 apart.
     assert a == pytest.approx(b, rel=1e-9)
+
+
+def test_a_fit_whose_polish_would_not_fit_a_device_is_refused_before_its_first_step(
+    obs, tmp_path, monkeypatch
+):
+    """Both phases' programs are compiled before the first step; with a device's memory
+    between what the gradient phases' step needs and what the polish's does (read from an
+    unconstrained run's summary), the fit is refused naming the polish, and no step is taken
+    (no checkpoint is written)."""
+    from tabascal.planning import memory
+
+    settings = {
+        "fit": {"steps": 2, "second_phase_steps": 0, "polish": "trust-region",
+                "polish_steps": 1, "polish_cg_steps": 3},
+        "output": {"plots": False},
+    }  # fmt: skip
+    summary = job.run(obs, tmp_path / "free", run_config.load(settings), progress=False)
+    need = {
+        phase: figures["memory"]["arguments"]
+        + figures["memory"]["outputs"]
+        + figures["memory"]["temporaries"]
+        - figures["memory"]["aliased"]
+        for phase, figures in summary["step_phases"].items()
+    }
+    assert need["gradient"] < need["polish"], need
+    capacity = (need["gradient"] + need["polish"]) // 2
+    monkeypatch.setattr(memory, "device_memory_bytes", lambda device: capacity)
+    out = tmp_path / "small"
+    with pytest.raises(memory.DeviceMemoryError, match="the fit's polish step needs") as caught:
+        job.run(obs, out, run_config.load(settings), progress=False)
+    print(caught.value)
+    assert not (out / job.CHECKPOINTS).exists() or not any((out / job.CHECKPOINTS).iterdir())
+
+
+def test_programs_that_fit_pass_and_one_that_does_not_is_named():
+    from tabascal.planning import memory
+
+    stage = memory.StageMemory(arguments=100, outputs=30, temporaries=50, aliased=30, peak=0)
+    memory.check_programs_fit({"gradient": stage}, None)  # memory not known: nothing refused
+    memory.check_programs_fit({"gradient": stage}, 150)  # exactly what it needs
+    with pytest.raises(memory.DeviceMemoryError, match="the fit's gradient step needs"):
+        memory.check_programs_fit({"gradient": stage}, 149)

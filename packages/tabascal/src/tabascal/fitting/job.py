@@ -329,6 +329,11 @@ def _optimise(route: routes.Route, placed, config: dict, out_dir: Path, resume, 
     # The gradient phases and the polish are two programs, each holding its own optimiser
     # state; both compile now, so that the memory reported is the larger one's.
     step, programs = optimiser.compile_step(optimiser.make_step(loss_fn, optimizer), state, inputs)
+    # Before the first step: the polish's program would otherwise fail only as it begins.
+    memory.check_programs_fit(
+        {name: memory.stage_memory(program) for name, program in programs.items()},
+        routes.agreed_device_memory(routes.devices(placed.spec)),
+    )
     start = time.perf_counter()
     state, history = optimiser.run(
         step,

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 
 import jax
 
+from tabascal import TabascalError
+
 #: Cross-device operations XLA can place in a compiled program. An asynchronous one appears
 #: as a ``-start`` / ``-done`` pair; the ``-start`` is counted, under the plain name.
 COLLECTIVES = (
@@ -145,6 +147,42 @@ def device_memory_bytes(device: jax.Device) -> int | None:
     except (ValueError, OSError):
         return None
     return host // max(len(jax.local_devices(backend=device.platform)), 1)
+
+
+def _size(n_bytes: int) -> str:
+    """Bytes in GiB, or MiB below one GiB."""
+    if n_bytes >= 2**30:
+        return f"{n_bytes / 2**30:.2f} GiB"
+    return f"{n_bytes / 2**20:.2f} MiB"
+
+
+class DeviceMemoryError(TabascalError, MemoryError):
+    """A compiled program needs more memory per device than a device has."""
+
+
+def check_programs_fit(programs: dict[str, StageMemory], capacity: int | None) -> None:
+    """Refuse programs one of which needs more than ``capacity`` bytes per device.
+
+    programs: name -> ``StageMemory`` of a compiled program; its need is its arguments and
+    its working set, what XLA allocates to run it (a floor of the device's use: arrays alive
+    but not read by the program come on top). capacity: ``device_memory_bytes`` (None: not
+    known, nothing refused). A program of the fit's polish would otherwise fail only when the
+    polish begins, after every gradient step.
+    """
+    if not capacity:
+        return
+    for name, stage in programs.items():
+        need = stage.arguments + stage.working_set
+        if need > capacity:
+            raise DeviceMemoryError(
+                f"the fit's {name} step needs {_size(need)} per device (XLA's figure for its "
+                f"compiled program: {_size(stage.arguments)} of arguments and "
+                f"{_size(stage.working_set)} of working set) but a device has "
+                f"{_size(capacity)}: spread the baselines over more devices "
+                "(--devices, --shard-axis baseline --reuse-plan), leave the RFI phase moments "
+                "less of the memory (rfi.phase_cache_fraction, or rfi.phase_cache: never), or "
+                "fit fewer channels at a time; `tabascal plan` reports every stage's memory"
+            )
 
 
 def peak_bytes_per_device(
