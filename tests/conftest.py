@@ -111,3 +111,18 @@ def assert_no_cube_crosses_devices(step, n_ant: int):
         for dtype, shape in arrays:
             assert shape == () or shape[0] in (n_ant, 1), (name, dtype, shape, moved)
     return moved
+
+
+def assert_steps_gather_nothing(steps: dict, n_ant: int, label: str):
+    """Check each compiled step of ``steps`` (phase -> program, e.g. a fit's gradient and
+    polish steps): no all-gather, collective-permute or all-to-all, at least one all-reduce
+    (the scalar sums), and no visibility-shaped array moved (``assert_no_cube_crosses_devices``)."""
+    from tabascal.planning import memory
+
+    for phase, step in steps.items():
+        found = memory.count_collectives(step)
+        print(f"collectives in the compiled {label} {phase} step: {found}")
+        for name in ("all-gather", "collective-permute", "all-to-all"):
+            assert found.get(name, 0) == 0, (phase, name, found)
+        assert found.get("all-reduce", 0) >= 1, found  # the scalar sums at least
+        print(f"arrays they move: {assert_no_cube_crosses_devices(step, n_ant)}")

@@ -75,7 +75,7 @@ def test_optimiser_state_shardings_follow_the_eager_initialisation(models, axis)
     model, _ = models
     _, mesh, real, optimizer, state = _polish_state(model, axis)
     shape = jax.eval_shape(optimizer.init, real.params)
-    predicted = stages.state_shardings(real.params, shape, mesh, None)
+    predicted = optimiser.state_shardings(real.params, shape, mesh, None)
     for got, leaf in zip(
         jax.tree.leaves(predicted), jax.tree.leaves(state.opt_state), strict=True
     ):  # fmt: skip

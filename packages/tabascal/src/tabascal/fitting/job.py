@@ -196,20 +196,19 @@ class RunSummary(Mapping):
 
 
 class _Fitted(NamedTuple):
-    """The optimisation's outcome: its final state and history, the compiled step that needs
-    the most memory and that memory, the per-device peak measured as the optimisation ends,
-    the seconds it ran, the initial reduced chi-squared, and each phase's step memory and
-    collectives ("gradient", "polish")."""
+    """The optimisation's outcome: its final state and history, each phase's step memory and
+    collectives ("gradient", "polish"), the phase whose step needs the most memory, the
+    per-device peak measured as the optimisation ends, the seconds it ran and the initial
+    reduced chi-squared."""
 
     state: optimiser.FitState
     history: optimiser.FitHistory
-    compiled: object
-    step_memory: memory.StageMemory
+    phase_memory: dict
+    phase_collectives: dict
+    limiting: str
     per_device_peak_bytes: list[int]
     seconds: float
     chi2_init: float
-    phase_memory: dict
-    phase_collectives: dict
 
 
 def precision_scope(config: dict):
@@ -329,11 +328,9 @@ def _optimise(route: routes.Route, placed, config: dict, out_dir: Path, resume, 
     # The gradient phases and the polish are two programs, each holding its own optimiser
     # state; both compile now, so that the memory reported is the larger one's.
     step, programs = optimiser.compile_step(optimiser.make_step(loss_fn, optimizer), state, inputs)
+    phases = {name: memory.stage_memory(program) for name, program in programs.items()}
     # Before the first step: the polish's program would otherwise fail only as it begins.
-    memory.check_programs_fit(
-        {name: memory.stage_memory(program) for name, program in programs.items()},
-        routes.agreed_device_memory(routes.devices(placed.spec)),
-    )
+    memory.check_programs_fit(phases, routes.agreed_device_memory(routes.devices(placed.spec)))
     start = time.perf_counter()
     state, history = optimiser.run(
         step,
@@ -347,10 +344,7 @@ def _optimise(route: routes.Route, placed, config: dict, out_dir: Path, resume, 
     )
     seconds = time.perf_counter() - start
     # The peak as the optimisation ends, before the prediction and the outputs add their own.
-    phases = {name: memory.stage_memory(program) for name, program in programs.items()}
     peak = _peak_bytes(list(phases.values()), routes.devices(placed.spec))
-    # The step reported is the one that needs the most (its arguments and working set).
-    limiting = max(phases, key=lambda n: phases[n].arguments + phases[n].working_set)
     # Each step reports the loss at the parameters it starts from, so the first step's figure
     # (kept in the history, across resumes) is the initial chi-squared; only a fit of zero
     # steps needs its own evaluation.
@@ -358,10 +352,10 @@ def _optimise(route: routes.Route, placed, config: dict, out_dir: Path, resume, 
         chi2_init = float(history.chi2[0])
     else:
         chi2_init = float(jax.jit(loss_fn)(placed.params, inputs)[1]["chi2"])
-    return _Fitted(
-        state, history, programs[limiting], phases[limiting], peak, seconds, chi2_init, phases,
-        {name: memory.count_collectives(program) for name, program in programs.items()},
-    )  # fmt: skip
+    collectives = {name: memory.count_collectives(program) for name, program in programs.items()}
+    # The step reported is the one that needs the most.
+    limiting = max(phases, key=lambda name: phases[name].need)
+    return _Fitted(state, history, phases, collectives, limiting, peak, seconds, chi2_init)
 
 
 class _Outputs(NamedTuple):
@@ -440,8 +434,8 @@ def _write_outputs(route, placed, fitted: _Fitted, source, config, out_dir, by_b
         reuse_plan=route.reuse_plan,
         read_by_block=by_block,
         per_device_peak_bytes=fitted.per_device_peak_bytes,
-        step_memory=fitted.step_memory.as_dict(),
-        collectives=memory.count_collectives(fitted.compiled),
+        step_memory=fitted.phase_memory[fitted.limiting].as_dict(),
+        collectives=fitted.phase_collectives[fitted.limiting],
         step_phases={
             name: {"memory": stage.as_dict(), "collectives": fitted.phase_collectives[name]}
             for name, stage in fitted.phase_memory.items()

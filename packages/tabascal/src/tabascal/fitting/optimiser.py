@@ -327,38 +327,27 @@ def enter_polish(state: FitState, optimizer) -> FitState:
 def polish_form(state: FitState, optimizer: Phased) -> FitState:
     """The shapes, dtypes and shardings of ``state`` (real or abstract) in the polish's form:
     what ``enter_polish`` will make, for compiling the polish's program (or reading its
-    checkpoint) ahead of it. Leaves shaped like a parameter take its sharding, the L-BFGS
-    histories their parameter's stacked, the rest (scalars) the step count's."""
-    shapes = jax.eval_shape(optimizer.polish_init, state.params)
+    checkpoint) ahead of it, placed as ``state_shardings`` says."""
     abstract = lambda x: jax.ShapeDtypeStruct(  # noqa: E731
         jnp.shape(x), jnp.result_type(x), sharding=getattr(x, "sharding", None)
     )
     params = jax.tree.map(abstract, state.params)
-    by_shape = {}
-    for leaf in jax.tree.leaves(params):
-        by_shape.setdefault((leaf.shape, np.dtype(leaf.dtype)), leaf.sharding)
-    # Scalars made outside any mesh (the step count) are replicated over the parameters'.
-    meshes = [x.mesh for x in by_shape.values() if isinstance(x, NamedSharding)]
-    scalar = NamedSharding(meshes[0], P()) if meshes else getattr(state.step, "sharding", None)
-    scalar = scalar or next(iter(by_shape.values()), None)
-    abstract_scalar = lambda x: jax.ShapeDtypeStruct((), jnp.result_type(x), sharding=scalar)  # noqa: E731
+    leaves = jax.tree.leaves(params)
+    meshes = [x.sharding.mesh for x in leaves if isinstance(x.sharding, NamedSharding)]
+    mesh = meshes[0] if meshes else None
+    # Without a mesh, scalars live where the step count (or else the parameters) does.
+    device = getattr(state.step, "sharding", None) or next((x.sharding for x in leaves), None)
+    shapes = jax.eval_shape(optimizer.polish_init, state.params)
+    shardings = state_shardings(params, shapes, mesh, device)
     polish = jax.tree.map(
-        lambda s: jax.ShapeDtypeStruct(
-            s.shape, s.dtype, sharding=by_shape.get((s.shape, np.dtype(s.dtype)), scalar)
-        ),
+        lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
         shapes,
+        shardings,
     )
-    polish = map_history(
-        polish,
-        params,
-        lambda stack, leaf: jax.ShapeDtypeStruct(
-            stack.shape,
-            stack.dtype,
-            sharding=None if leaf.sharding is None else stacked_sharding(leaf.sharding),
-        ),
-    )
-    count = abstract_scalar(state.opt_state.count)
-    return FitState(params, PhasedState(count, None, polish), abstract_scalar(state.step))
+    scalar = device if mesh is None else NamedSharding(mesh, P())
+    count = jax.ShapeDtypeStruct((), jnp.result_type(state.opt_state.count), sharding=scalar)
+    step = jax.ShapeDtypeStruct((), jnp.result_type(state.step), sharding=scalar)
+    return FitState(params, PhasedState(count, None, polish), step)
 
 
 class NewtonState(NamedTuple):
@@ -621,6 +610,23 @@ def stacked_sharding(sharding):
     if isinstance(sharding, NamedSharding):
         return NamedSharding(sharding.mesh, P(None, *sharding.spec))
     return sharding
+
+
+def state_shardings(params, state_shape, mesh, device):
+    """Shardings of an optimiser state, as ``optimizer.init`` run eagerly on placed parameters
+    gives: each leaf shaped like a parameter takes that parameter's sharding (its
+    ``zeros_like`` keeps the sharding); the L-BFGS histories, stacks of past steps, take their
+    parameter's stacked (``map_history``); the rest (step counts, the histories' weights) are
+    replicated over ``mesh``, or on ``device`` without one."""
+    by_shape = {}
+    for leaf in jax.tree.leaves(params):
+        by_shape.setdefault((leaf.shape, np.dtype(leaf.dtype)), leaf.sharding)
+    other = device if mesh is None else NamedSharding(mesh, P())
+    shardings = jax.tree.map(
+        lambda s: by_shape.get((s.shape, np.dtype(s.dtype)), other), state_shape
+    )
+    stacked = lambda _, leaf: stacked_sharding(leaf.sharding)  # noqa: E731
+    return map_history(shardings, params, stacked)
 
 
 def map_history(state, params, fn):

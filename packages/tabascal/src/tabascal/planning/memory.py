@@ -47,6 +47,11 @@ class StageMemory:
         """Bytes the program adds to its arguments while it runs."""
         return self.outputs + self.temporaries - self.aliased
 
+    @property
+    def need(self) -> int:
+        """Bytes XLA allocates to run the program: its arguments and its working set."""
+        return self.arguments + self.working_set
+
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
@@ -172,10 +177,9 @@ def check_programs_fit(programs: dict[str, StageMemory], capacity: int | None) -
     if not capacity:
         return
     for name, stage in programs.items():
-        need = stage.arguments + stage.working_set
-        if need > capacity:
+        if stage.need > capacity:
             raise DeviceMemoryError(
-                f"the fit's {name} step needs {_size(need)} per device (XLA's figure for its "
+                f"the fit's {name} step needs {_size(stage.need)} per device (XLA's figure for its "
                 f"compiled program: {_size(stage.arguments)} of arguments and "
                 f"{_size(stage.working_set)} of working set) but a device has "
                 f"{_size(capacity)}: spread the baselines over more devices "

@@ -160,23 +160,6 @@ def _committed(sharding, mesh):
     return sharding
 
 
-def state_shardings(params, state_shape, mesh, device):
-    """Shardings of an optimiser state, as ``optimizer.init`` run eagerly on placed parameters
-    gives: each leaf shaped like a parameter takes that parameter's sharding (its
-    ``zeros_like`` keeps the sharding); the L-BFGS histories, stacks of past steps, take their
-    parameter's stacked (``optimiser.map_history``); the rest (step counts, the histories'
-    weights) are replicated."""
-    by_shape = {}
-    for leaf in jax.tree.leaves(params):
-        by_shape.setdefault((leaf.shape, np.dtype(leaf.dtype)), leaf.sharding)
-    other = device if mesh is None else NamedSharding(mesh, P())
-    shardings = jax.tree.map(
-        lambda s: by_shape.get((s.shape, np.dtype(s.dtype)), other), state_shape
-    )
-    stacked = lambda _, leaf: optimiser.stacked_sharding(leaf.sharding)  # noqa: E731
-    return optimiser.map_history(shardings, params, stacked)
-
-
 def compile_stages(
     placed, axis: str, fit_config: optimiser.FitConfig, devices
 ) -> list[StageReport]:
@@ -218,7 +201,9 @@ def compile_stages(
     stage("setup", jax.jit(setup), (params, constants, data))
     mesh = getattr(spec, "mesh", None)
     state_shape = jax.eval_shape(optimizer.init, params)
-    shardings = state_shardings(params, state_shape, mesh, SingleDeviceSharding(devices[0]))
+    shardings = optimiser.state_shardings(
+        params, state_shape, mesh, SingleDeviceSharding(devices[0])
+    )
     init = jax.jit(optimizer.init, out_shardings=shardings)
     opt_state = _output_tree(stage("optimiser_init", init, (params,)), state_shape, mesh)
     state = optimiser.FitState(params, opt_state, jax.ShapeDtypeStruct((), np.int32))
@@ -242,7 +227,7 @@ def limiting_step(reports: list[StageReport]) -> StageReport:
     """Of the optimisation's stages ("step", and "polish" where the fit has one), the one
     whose program needs the most per device (arguments and working set)."""
     steps = [r for r in reports if r.name in ("step", "polish")]
-    return max(steps, key=lambda r: r.memory.arguments + r.memory.working_set)
+    return max(steps, key=lambda r: r.memory.need)
 
 
 def plan_stages(source, model_config, fit_config, route, *, init: str = "data", seed: int = 0):
