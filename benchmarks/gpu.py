@@ -123,6 +123,7 @@ def run_case(spec: dict) -> dict:
         "n_bl": model.spec.n_bl,
         "rfi_groups": model.info["rfi_groups"],
         "sky_modes": model.info["sky_modes"],
+        "sky_groups": model.info["sky_groups"],
         "step_seconds_median": statistics.median(timed),
         "step_seconds": timed,
         "chi2_initial": chi2[0],

@@ -202,6 +202,7 @@ def main(argv=None) -> list[dict]:
                 f"\n{options.preset}, {channels} channels, {rfi} RFI: {meta.n_ant} stations, "
                 f"{meta.n_bl} baselines, {meta.n_sat} satellites, {meta.n_time} cells, "
                 f"groups {model.info['rfi_groups']}, sky modes {model.info['sky_modes']} "
+                f"in groups {model.info['sky_groups']} "
                 f"(model from metadata in {seconds_model:.0f} s)"
             )
             print(
@@ -234,6 +235,7 @@ def main(argv=None) -> list[dict]:
                             "rfi_snr": snr,
                             "rfi_groups": model.info["rfi_groups"],
                             "sky_modes": model.info["sky_modes"],
+                            "sky_groups": model.info["sky_groups"],
                         }
                         try:
                             budget = options.phase_cache_mb

@@ -11,12 +11,11 @@ it); the gradient phases' step; the polish's step. Each is reported in bytes and
 visibility cubes (n_bl x n_freq x n_time complex64): everything visibility-shaped scales with
 the cube, everything parameter-shaped with the sky's modes.
 
-The sky's modes: the sky holds one box of modes (n_kf, n_kt) for every baseline, sized by the
-baseline with the largest fringe rate and delay (``tabascal.model.sky``); each baseline's own
-spectrum keeps only the modes above the cutoff (its weights are zero beyond them). The script
-counts what each baseline keeps, and what the sky would hold with the baselines in G groups,
-each with the box of its largest member (the best contiguous split of the baselines ordered by
-their own box, for G up to ``--groups``).
+The sky's modes: one box of modes (n_kf, n_kt) for every baseline, sized by the baseline
+with the largest fringe rate and delay, against what each baseline's own spectrum keeps (the
+modes above the cutoff) and what the sky holds in groups with their own boxes
+(``tabascal.model.sky``: at most ``sky.groups`` of them in the model, 4 by default), for at
+most 1..``--groups`` groups. The pieces are compiled for the model's own groups.
 """
 
 from __future__ import annotations
@@ -46,61 +45,35 @@ def _arguments(argv=None):
     return parser.parse_args(argv)
 
 
-def grouped_modes(n_freq_modes, n_time_modes, max_groups: int) -> list[dict]:
-    """The fewest modes the sky would hold with the baselines split into 1..max_groups groups,
-    each holding the box of its largest member: dynamic programming over the distinct
-    (freq, time) mode counts, ordered by their product, split into contiguous runs.
-
-    n_freq_modes, n_time_modes: (n_bl,) modes each baseline keeps on each axis. Returns one
-    {"groups", "modes", "boxes": [(count, n_kf, n_kt)]} per group count.
-    """
-    pairs, counts = np.unique(np.stack([n_freq_modes, n_time_modes], 1), axis=0, return_counts=True)
-    order = np.argsort(pairs[:, 0] * pairs[:, 1], kind="stable")
-    pairs, counts = pairs[order], counts[order]
-    n = len(pairs)
-    total = np.concatenate([[0], np.cumsum(counts)])
-
-    def cost(i, j):  # the run i..j (inclusive) as one group
-        box = pairs[i : j + 1].max(axis=0)
-        return int(total[j + 1] - total[i]) * int(box[0]) * int(box[1]), box
-
-    best = np.full((max_groups + 1, n + 1), np.inf)
-    best[0, 0] = 0
-    start = np.zeros((max_groups + 1, n + 1), int)
-    for g in range(1, max_groups + 1):
-        for j in range(1, n + 1):
-            for i in range(j):
-                value = best[g - 1, i] + cost(i, j - 1)[0]
-                if value < best[g, j]:
-                    best[g, j], start[g, j] = value, i
-    out = []
-    for g in range(1, max_groups + 1):
-        if not np.isfinite(best[g, n]):
-            break
-        boxes, j = [], n
-        for k in range(g, 0, -1):
-            i = start[k, j]
-            box = cost(i, j - 1)[1]
-            boxes.append((int(total[j] - total[i]), int(box[0]), int(box[1])))
-            j = i
-        out.append({"groups": g, "modes": int(best[g, n]), "boxes": boxes[::-1]})
-    return out
-
-
 def sky_modes(meta, model_config, geometry, max_groups: int) -> dict:
-    """The sky's shared box against each baseline's own, and grouped (``grouped_modes``);
-    geometry: ``joint.observation_geometry``'s."""
+    """The sky's one box for every baseline against each baseline's own, and in groups with
+    their own boxes (``sky.group_boxes``, at most 1..max_groups; the model's own is
+    ``sky.groups``); geometry: ``joint.observation_geometry``'s."""
+    from dataclasses import replace
+
     from tabascal.model import sky
 
     rate, delay = geometry.sky_fringe_rate_hz, geometry.sky_delay_s
+    one_box = replace(model_config.sky, groups=1)
     grid = sky.make_grid(
-        model_config.sky, rate, meta.n_freq, meta.n_time, meta.chan_width, meta.int_time,
-        delay_s=delay,
-    )  # fmt: skip
-    constants = sky.make_constants(model_config.sky, grid, rate, delay_s=delay, dtype=np.float32)
-    n_kf = (np.asarray(constants.weight_freq) > 0).sum(axis=1)
-    n_kt = (np.asarray(constants.weight_time) > 0).sum(axis=1)
+        one_box, rate, meta.n_freq, meta.n_time, meta.chan_width, meta.int_time, delay_s=delay
+    )
+    (group,) = sky.make_constants(one_box, grid, rate, delay_s=delay, dtype=np.float32).groups
+    n_kf = (np.asarray(group.weight_freq) > 0).sum(axis=1)
+    n_kt = (np.asarray(group.weight_time) > 0).sum(axis=1)
+    half_f, half_t = (n_kf - 1) // 2, (n_kt - 1) // 2
     box = (2 * grid.half_freq + 1) * (2 * grid.half_time + 1)
+    grouped = []
+    for most in range(1, max_groups + 1):
+        boxes = sky.group_boxes(half_f, half_t, most)
+        counts = np.bincount(sky.group_labels(boxes, half_f, half_t), minlength=len(boxes))
+        sizes = [(int(c), 2 * f + 1, 2 * t + 1) for c, (f, t) in zip(counts, boxes, strict=True)]
+        grouped.append({
+            "most_groups": most,
+            "groups": len(boxes),
+            "modes": int(sum(c * f * t for c, f, t in sizes)),
+            "boxes": sizes,
+        })  # fmt: skip
     return {
         "box": [2 * grid.half_freq + 1, 2 * grid.half_time + 1],
         "cells": [meta.n_freq, meta.n_time],
@@ -113,7 +86,8 @@ def sky_modes(meta, model_config, geometry, max_groups: int) -> dict:
             "delay_max": float(np.max(delay) * 2 * meta.chan_width),
             "delay_p99": float(np.quantile(delay, 0.99) * 2 * meta.chan_width),
         },
-        "grouped": grouped_modes(n_kf, n_kt, max_groups),
+        "grouped": grouped,
+        "model_groups": model_config.sky.groups,
     }
 
 
@@ -213,7 +187,8 @@ def main(argv=None) -> dict:
         f"{sky['own_median']})"
     )
     for row in sky["grouped"]:
-        print(f"  {row['groups']} groups: {row['modes'] / sky['shared_modes']:.3f}  {row['boxes']}")
+        share = row["modes"] / sky["shared_modes"]
+        print(f"  at most {row['most_groups']} ({row['groups']}): {share:.3f}  {row['boxes']}")
     path = _common.write_json([record], options.json, "step_pieces")
     print(f"wrote {path}")
     return record

@@ -238,36 +238,6 @@ def test_gains_bound_curvature_is_the_gauss_newton_matrix_of_a_closed_form_resid
     np.testing.assert_allclose(h, expected, rtol=0, atol=4e-13)
 
 
-def test_sky_groups_split_is_the_best_of_every_contiguous_split():
-    """step_pieces.grouped_modes (dynamic programming) against every split of the distinct
-    mode counts, ordered by their product, into contiguous runs (brute force)."""
-    import itertools
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from step_pieces import grouped_modes
-
-    rng = np.random.default_rng(3)
-    n_kf = rng.choice([1, 3, 5, 9], size=200)
-    n_kt = n_kf * rng.choice([1, 2, 3], size=200) + 2
-    pairs, counts = np.unique(np.stack([n_kf, n_kt], 1), axis=0, return_counts=True)
-    order = np.argsort(pairs[:, 0] * pairs[:, 1], kind="stable")
-    pairs, counts = pairs[order], counts[order]
-    for row in grouped_modes(n_kf, n_kt, 4):
-        best = None
-        for cuts in itertools.combinations(range(1, len(pairs)), row["groups"] - 1):
-            edges = (0, *cuts, len(pairs))
-            modes = sum(
-                int(counts[i:j].sum()) * int(pairs[i:j, 0].max()) * int(pairs[i:j, 1].max())
-                for i, j in itertools.pairwise(edges)
-            )
-            best = modes if best is None else min(best, modes)
-        assert row["modes"] == best, row
-        assert sum(count for count, _, _ in row["boxes"]) == 200
-        assert sum(c * f * t for c, f, t in row["boxes"]) == row["modes"]
-    # One group is the shared box: every baseline holds the largest member's.
-    assert grouped_modes(n_kf, n_kt, 1)[0]["modes"] == 200 * n_kf.max() * n_kt.max()
-
-
 def test_step_pieces_reports_each_piece_and_the_polish_without_the_gradient_state(tmp_path):
     out = tmp_path / "pieces.json"
     command = [

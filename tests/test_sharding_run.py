@@ -23,6 +23,8 @@ fit:
   init: data
 output:
   plots: false
+sky:
+  fov_radius_deg: 60.0  # three sky groups (see tests/test_sharding_baseline.py)
 rfi:
   signal: per_antenna
   max_groups: 2

@@ -17,7 +17,11 @@ N_DEVICES = 4
 CONFIG = {
     "precision": "double",
     "rfi": {"quadrature_limit": 8, "max_groups": 2, "segments": 1, "terms": 3, "cubic_terms": 1},
+    "sky": {"fov_radius_deg": 60.0},
 }
+# A field of 60 degrees: the sky's baselines then keep 1 x 1 to 3 x 11 modes, in three groups
+# with their own boxes (28 baselines: 12, 10, 6), so every placement here has the sky's groups
+# and their padding slots; with the dish's field every baseline keeps 1 x 1 (one group).
 
 
 @pytest.fixture(scope="module", autouse=True)

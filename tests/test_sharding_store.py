@@ -16,7 +16,11 @@ N_DEVICES = 4
 CONFIG = {
     "precision": "double",
     "rfi": {"quadrature_limit": 8, "max_groups": 2, "segments": 1, "terms": 3, "cubic_terms": 1},
+    "sky": {"fov_radius_deg": 60.0},
 }
+# A field of 60 degrees: the sky's baselines then keep 1 x 1 to 3 x 11 modes, in three groups
+# with their own boxes (28 baselines: 12, 10, 6), so every placement here has the sky's groups
+# and their padding slots; with the dish's field every baseline keeps 1 x 1 (one group).
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -90,10 +94,16 @@ def test_block_build_equals_the_placed_whole_model(store, n_dev, reuse, init):
     for name in ("vis", "flags", "noise", "n_points"):
         np.testing.assert_array_equal(_host(getattr(blocks.data, name)),
                                       _host(getattr(whole.data, name)), err_msg=name)  # fmt: skip
-    for name in ("weight_freq", "weight_time", "scale"):
-        got, want = getattr(blocks.constants.sky, name), getattr(whole.constants.sky, name)
+    sky_b, sky_w = blocks.constants.sky, whole.constants.sky
+    assert len(sky_b.groups) == len(sky_w.groups) > 1  # several boxes, placed in slots alike
+    pairs = [("scale", sky_b.scale, sky_w.scale)]
+    for g, (group_b, group_w) in enumerate(zip(sky_b.groups, sky_w.groups, strict=True)):
+        np.testing.assert_array_equal(_host(group_b.rows), _host(group_w.rows))
+        for name in ("weight_freq", "weight_time", "dft_freq", "dft_time"):
+            pairs.append((f"groups[{g}].{name}", getattr(group_b, name), getattr(group_w, name)))
+    for name, got, want in pairs:
         print(f"sky {name}: {_per_cell(_host(got), _host(want)):.1e} apart per cell")
-        # Measured 1.6e-16 at most (scale, on 1 and 4 devices; weight_time equal).
+        # Measured 1.6e-16 at most (scale, on 1 and 4 devices; the groups' arrays equal).
         np.testing.assert_allclose(_host(got), _host(want), rtol=2e-14, err_msg=name)
     # Sky means agree on the real rows (the first n_bl, in either order); padded rows are 0
     # here and a copy of row 0 there. Measured equal, as are the parameters, in every case

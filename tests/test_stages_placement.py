@@ -92,7 +92,7 @@ def _sky_histories(opt_state):
         if isinstance(node, optax.ScaleByLBFGSState)
     ]
     assert len(lbfgs) == 1
-    return lbfgs[0].diff_params_memory.sky.z, lbfgs[0].diff_updates_memory.sky.z
+    return (*lbfgs[0].diff_params_memory.sky.z, *lbfgs[0].diff_updates_memory.sky.z)
 
 
 @pytest.mark.parametrize("axis", ["baseline", "reuse"])
@@ -104,7 +104,8 @@ def test_lbfgs_histories_divide_like_the_sky_through_the_steps(models, axis):
     compiled for ahead of it) places them alike. The gradient phase holds none."""
     model, _ = models
     route, _, real, optimizer, state = _polish_state(model, axis)
-    shape, spec = real.params.sky.z.shape, real.params.sky.z.sharding.spec  # donated below
+    # The sky's groups' shapes and placements (donated below), for both histories of each.
+    groups = [(z.shape, z.sharding.spec) for z in real.params.sky.z] * 2
     step = optimiser.make_step(partial(route.loss, spec=real.spec), optimizer)
     # The step donates its state: its own copy of the parameters, not the shared fixture's.
     state = state._replace(params=jax.tree.map(jnp.copy, state.params))
@@ -113,8 +114,11 @@ def test_lbfgs_histories_divide_like_the_sky_through_the_steps(models, axis):
             assert state.opt_state.polish is None
         else:
             predicted = optimiser.polish_form(state, optimizer)
-            for history, like in zip(
-                _sky_histories(state.opt_state), _sky_histories(predicted.opt_state), strict=True
+            for history, like, (shape, spec) in zip(
+                _sky_histories(state.opt_state),
+                _sky_histories(predicted.opt_state),
+                groups,
+                strict=True,
             ):
                 assert history.shape == like.shape == (3, *shape)
                 assert history.sharding.spec == like.sharding.spec == P(None, *spec)

@@ -87,7 +87,7 @@ def test_abstract_model_has_the_shapes_and_constants_of_the_built_model(obs, con
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     # The per-row arrays that need the data are abstract.
     assert all(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(abstract.data))
-    assert isinstance(abstract.params.sky.z, jax.ShapeDtypeStruct)
+    assert all(isinstance(z, jax.ShapeDtypeStruct) for z in abstract.params.sky.z)
     assert isinstance(abstract.constants.sky.mean, jax.ShapeDtypeStruct)
 
 

@@ -114,6 +114,7 @@ def test_demo_fit_from_data_estimates_reaches_the_noise_and_recovers_the_sky(dem
         (model.constants, model.data),
         fit_cfg,
         progress=False,
+        n_points=float(model.data.n_points),  # the polish's stop rule counts nats, as the run's
     )
     prediction = joint.predict(state.params, model.constants, model.spec)
     noise = float(np.mean(obs.noise))
@@ -123,7 +124,10 @@ def test_demo_fit_from_data_estimates_reaches_the_noise_and_recovers_the_sky(dem
         f"chi2 {history.chi2[0]:.4g} -> {history.chi2[-1]:.4g}; sky RMSE {sky_rmse / noise:.3g} "
         f"noise, raw data {raw_rmse / noise:.3g} noise"
     )
-    assert abs(history.chi2[-1] - 1.0) < 0.1
+    # Measured 0.9974 (sky RMSE 0.152 of the noise). Without n_points the polish stopped after
+    # 3 of its steps (its rule read the loss per point as nats) at 1.09 to 1.10, where the
+    # rounding of the first gradient steps decided which.
+    assert abs(history.chi2[-1] - 1.0) < 0.03
     assert sky_rmse < raw_rmse / 5
 
 

@@ -28,7 +28,7 @@ def _options(cls: type, *names: str) -> dict[str, Option]:
 _SKY = Section(
     "Sky: a Fourier Gaussian process per baseline over (channel, time).",
     {
-        **_options(sky.SkyConfig, "bandwidth_hz", "knee_factor", "rolloff", "cutoff"),
+        **_options(sky.SkyConfig, "bandwidth_hz", "knee_factor", "rolloff", "cutoff", "groups"),
         "sigma": option_from(joint.ModelConfig, "sky_sigma"),
         "fov_radius_deg": option_from(joint.ModelConfig, "fov_radius_deg"),
     },

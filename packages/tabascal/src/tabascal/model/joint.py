@@ -554,6 +554,9 @@ def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None 
     )
     info = {
         "rfi_groups": group_sizes,
+        "sky_groups": sky.group_sizes(
+            config.sky, grid, geom.sky_fringe_rate_hz, delay_s=geom.sky_delay_s
+        ),
         "rfi_snr": snr,
         "rfi_level": rfi_level,
         "rfi_corr_time_s": [float(t) for t in corr_time_s],
@@ -776,7 +779,6 @@ def abstract_model(
         dtype=real,
     )
     sky_c = sky_c._replace(mean=jax.ShapeDtypeStruct(sky_c.mean.shape, cplx))
-    n_kf, n_kt = sky_c.weight_freq.shape[1], sky_c.weight_time.shape[1]
     cube = (meta.n_bl, meta.n_freq, meta.n_time)
     data = Data(
         vis=jax.ShapeDtypeStruct(cube, cplx),
@@ -784,7 +786,9 @@ def abstract_model(
         noise=jax.ShapeDtypeStruct(cube[:2] if noise_per_channel else cube[:1], real),
         n_points=jax.ShapeDtypeStruct((), np.int32),
     )
-    sky_params = sky.SkyParams(jax.ShapeDtypeStruct((meta.n_bl, 2, n_kf, n_kt), real))
+    sky_params = sky.SkyParams(
+        tuple(jax.ShapeDtypeStruct(shape, real) for shape in sky.param_shapes(sky_c))
+    )
     return Model(
         spec=frame.spec,
         constants=frame.constants._replace(sky=sky_c),

@@ -37,12 +37,28 @@ uncapped, a zero-fringe-rate baseline would stretch the lattice to several times
 the long baselines' box with it. With the cap, a process correlated over more than the
 observation keeps some correlation between its two ends (the data pin such slow terms anyway).
 
-Mode box: one shape (n_kf, n_kt) for all baselines, each axis from its largest knee, truncated
-where the relative power falls below ``cutoff``. A baseline's modes below the cutoff of its own
-spectrum get zero weight: their parameters only feel the prior.
+Mode boxes: a baseline keeps the modes j = -J_b..J_b on each axis where its own spectrum is at
+least ``cutoff`` of its peak (its own half-widths). One box for every baseline, sized by the
+largest, held most baselines' parameters at zero weight: at bench-512 with 64 channels the box was
+(61, 299) modes, 1.9 visibility cubes for each copy of the parameters, while each baseline's own
+modes were 0.057 of it. So the baselines are split into at most ``groups`` groups, each with its
+own box (``SkyGrid.boxes``, fewest modes first): the boxes come from the fewest total modes over
+splits of the baselines, ordered by their own box's size, into contiguous runs (dynamic
+programming, ``group_boxes``), and each baseline belongs to the first box that holds its own
+half-widths (``group_labels``), a rule of the baseline alone, so any block of rows labels its
+baselines as the whole does. Within its group's box a baseline's modes below its own cutoff still
+get zero weight. Grouping changes no visibility: every mode it drops had zero weight (only the
+prior acted on it, apart from the rest of the fit). A further group is taken only where it saves
+``GROUP_SAVING`` of the modes.
 
-Every array with a baseline axis has it leading and no operation mixes baselines, so the
-component runs unchanged on any block of rows (the baseline sharding relies on this).
+Layout (``SkyConstants``, ``SkyParams``): one ``SkyGroup`` per box with the rows of its members,
+their weights and the box's DFT matrices, and one parameter array per group, (n_g, 2, n_kf_g,
+n_kt_g). ``forward`` scatters each group's visibilities into its rows. The rows are those of
+the constants' own row axis (scale and mean): the data's rows for the whole model, a device's
+block on the baseline axis (``tabascal.parallel.baseline_axis``). A group's row may be the
+spare row n_rows (a padding slot, zero weights): its visibilities are dropped.
+
+No operation mixes baselines, so the component runs unchanged on any block of rows.
 """
 
 from __future__ import annotations
@@ -72,6 +88,8 @@ class SkyConfig:
       rolloff: std of the Gaussian roll-off beyond a knee, as a fraction of the knee.
       cutoff: relative power (per axis) below which modes are dropped, in (0, 1).
       wrap_tolerance: wrapped correlation allowed by the padding, in (0, 1).
+      groups: the most groups of baselines, each with its own box of modes (module docstring);
+        fewer where more would not hold fewer modes.
 
     The prior's scale is not a setting of its own: ``make_constants`` takes it per baseline
     (``joint.ModelConfig.sky_sigma``, or estimated from the data).
@@ -91,6 +109,9 @@ class SkyConfig:
         1.0e-3, "relative power below which modes are dropped", min=1e-12, max=0.5
     )
     wrap_tolerance: float = 1.0e-3
+    groups: int = option_field(
+        4, "most groups of baselines, each with its own box of modes (1: one box)", min=1
+    )
 
     def __post_init__(self):
         for name in ("bandwidth_hz", "knee_factor", "rolloff"):
@@ -103,12 +124,16 @@ class SkyConfig:
                 raise ValueError(
                     f"SkyConfig.{name} = {getattr(self, name)!r}; it must lie in (0, 1)"
                 )
+        integer = isinstance(self.groups, (int, np.integer)) and not isinstance(self.groups, bool)
+        if not (integer and self.groups >= 1):
+            raise ValueError(f"SkyConfig.groups = {self.groups!r}; it must be an integer >= 1")
 
 
 class SkyGrid(NamedTuple):
     """Static layout shared by all baselines: data grid, padded lattice and kept half-widths.
 
-    The box of modes is (n_kf, n_kt) = (2 half_freq + 1, 2 half_time + 1).
+    The box that holds every baseline's modes is (n_kf, n_kt) = (2 half_freq + 1, 2 half_time
+    + 1); boxes: each group's (half_freq, half_time), fewest modes first (``group_boxes``).
     """
 
     n_freq: int
@@ -119,32 +144,42 @@ class SkyGrid(NamedTuple):
     n_time_padded: int
     half_freq: int
     half_time: int
+    boxes: tuple[tuple[int, int], ...] = ()
 
 
 class SkyParams(NamedTuple):
-    """Whitened sky modes z: (n_bl, 2, n_kf, n_kt) real, axis 1 = (real, imaginary)."""
+    """Whitened sky modes, one array per group: z[g] (n_g, 2, n_kf_g, n_kt_g) real, axis 1 =
+    (real, imaginary), its rows those of ``SkyGroup.rows``."""
 
-    z: jax.Array
+    z: tuple[jax.Array, ...]
+
+
+class SkyGroup(NamedTuple):
+    """One group's members and box. rows: (n_g,) int32, each member's row in the constants'
+    rows (n_rows: a padding slot); weight_freq: (n_g, n_kf_g) real; weight_time: (n_g,
+    n_kt_g) real (zero in padding slots); dft_freq: (n_freq, n_kf_g) complex; dft_time:
+    (n_time, n_kt_g) complex."""
+
+    rows: jax.Array
+    weight_freq: jax.Array
+    weight_time: jax.Array
+    dft_freq: jax.Array
+    dft_time: jax.Array
 
 
 class SkyConstants(NamedTuple):
-    """Arrays read by ``forward``; fields with a baseline axis have it leading.
+    """Arrays read by ``forward``. groups: one ``SkyGroup`` per box; scale: (n_rows,) real;
+    mean: (n_rows,) complex."""
 
-    dft_freq: (n_freq, n_kf) complex; dft_time: (n_time, n_kt) complex;
-    weight_freq: (n_bl, n_kf) real; weight_time: (n_bl, n_kt) real; scale: (n_bl,) real;
-    mean: (n_bl,) complex.
-    """
-
-    dft_freq: jax.Array
-    dft_time: jax.Array
-    weight_freq: jax.Array
-    weight_time: jax.Array
+    groups: tuple[SkyGroup, ...]
     scale: jax.Array
     mean: jax.Array
 
 
-#: SkyConstants fields with a leading baseline axis (sharded with the baselines).
-BASELINE_FIELDS = ("weight_freq", "weight_time", "scale", "mean")
+#: SkyConstants fields with a leading row axis (sharded with the baselines).
+BASELINE_FIELDS = ("scale", "mean")
+#: SkyGroup fields with a leading member axis (placed with their members).
+MEMBER_FIELDS = ("rows", "weight_freq", "weight_time")
 
 
 #: The knees' floor in cycles over the data's extent on each axis (module docstring).
@@ -204,6 +239,104 @@ def _edge_weights(config, knee, n_padded, delta, half_width) -> np.ndarray:
     return _fourier.normalised_weights(np.where(power >= config.cutoff, power, 0.0))
 
 
+def _own_half_widths(config, knee, n_padded, delta, half_width) -> np.ndarray:
+    """(n_bl,) each baseline's own half-width: its modes j = 1..half_width whose relative
+    power is at least the cutoff (the spectrum falls with |j|, so they are 1..J_b)."""
+    x = np.arange(1, half_width + 1) / (n_padded * delta)
+    out = np.empty(knee.size, np.int64)
+    for start in range(0, knee.size, 8192):  # (8192, J) float64 at a time
+        k = knee[start : start + 8192, None]
+        power = _fourier.edge_spectrum(x, k, config.rolloff * k)
+        out[start : start + 8192] = np.sum(power >= config.cutoff, axis=1)
+    return out
+
+
+def _knees(config, grid: SkyGrid, rate, delay):
+    """The knees (time, frequency; frequency None with ``bandwidth_hz``) of some baselines."""
+    knee_t = _knee(config, rate, grid.n_time, grid.int_time)
+    knee_f = None if delay is None else _knee(config, delay, grid.n_freq, grid.chan_width)
+    return knee_t, knee_f
+
+
+def _own_box(config, grid: SkyGrid, knee_t, knee_f) -> tuple[np.ndarray, np.ndarray]:
+    """Each baseline's own (half_freq, half_time), two (n_bl,) arrays."""
+    half_t = _own_half_widths(config, knee_t, grid.n_time_padded, grid.int_time, grid.half_time)
+    if knee_f is None:  # one Gaussian kernel in frequency: every baseline keeps the whole box
+        return np.full(knee_t.size, grid.half_freq), half_t
+    half_f = _own_half_widths(config, knee_f, grid.n_freq_padded, grid.chan_width, grid.half_freq)
+    return half_f, half_t
+
+
+#: A further group is taken only where it cuts the modes held by at least this fraction: each
+#: group is one more pass of the sky's scatter, and more programs to compile.
+GROUP_SAVING = 0.1
+
+
+def _box_modes(box) -> int:
+    return (2 * int(box[0]) + 1) * (2 * int(box[1]) + 1)
+
+
+def group_boxes(half_freq, half_time, max_groups: int) -> tuple[tuple[int, int], ...]:
+    """The boxes (half_freq, half_time) of at most ``max_groups`` groups, fewest modes first.
+
+    half_freq, half_time: (n_bl,) each baseline's own half-widths. The distinct own boxes,
+    ordered by their modes, are split into contiguous runs, each held in the box of its
+    largest members (the elementwise maximum); dynamic programming gives the split with the
+    fewest modes over all baselines for each number of runs, and a further run is taken only
+    where it saves ``GROUP_SAVING`` of the modes.
+    """
+    if max_groups < 1 or np.size(half_freq) == 0:
+        raise ValueError(
+            f"group_boxes: {np.size(half_freq)} baselines into at most {max_groups} groups; "
+            "expected at least one baseline and one group"
+        )
+    pairs, counts = np.unique(
+        np.stack([np.asarray(half_freq), np.asarray(half_time)], 1), axis=0, return_counts=True
+    )
+    modes = (2 * pairs[:, 0] + 1) * (2 * pairs[:, 1] + 1)
+    order = np.argsort(modes, kind="stable")
+    pairs, counts = pairs[order], counts[order]
+    n, n_groups = len(pairs), min(max_groups, len(pairs))
+    total = np.concatenate([[0], np.cumsum(counts)])
+    best = np.full((n_groups + 1, n + 1), np.inf)
+    best[0, 0] = 0.0
+    start = np.zeros((n_groups + 1, n + 1), np.int64)
+    for j in range(1, n + 1):
+        box = np.maximum.accumulate(pairs[:j][::-1], axis=0)[::-1]  # box[i]: runs i..j-1
+        cost = (total[j] - total[:j]) * (2.0 * box[:, 0] + 1) * (2.0 * box[:, 1] + 1)
+        for g in range(1, n_groups + 1):
+            value = best[g - 1, :j] + cost
+            i = int(np.argmin(value))
+            best[g, j], start[g, j] = value[i], i
+    chosen = 1
+    for g in range(2, n_groups + 1):
+        if best[g, n] <= (1.0 - GROUP_SAVING) * best[chosen, n]:
+            chosen = g
+    boxes, j = [], n
+    for g in range(chosen, 0, -1):
+        i = int(start[g, j])
+        box = pairs[i:j].max(axis=0)
+        boxes.append((int(box[0]), int(box[1])))
+        j = i
+    return tuple(sorted(boxes, key=lambda b: (_box_modes(b), b)))
+
+
+def group_labels(boxes, half_freq, half_time) -> np.ndarray:
+    """(n_bl,) int64: each baseline's group, the first of ``boxes`` that holds its own
+    half-widths (every baseline is held by one: refused otherwise)."""
+    limits = np.asarray(boxes, np.int64).reshape(-1, 2)
+    held = (np.asarray(half_freq)[:, None] <= limits[None, :, 0]) & (
+        np.asarray(half_time)[:, None] <= limits[None, :, 1]
+    )
+    if not np.all(held.any(axis=1)):
+        bad = int(np.flatnonzero(~held.any(axis=1))[0])
+        raise ValueError(
+            f"sky: baseline {bad}'s own box ({half_freq[bad]}, {half_time[bad]}) lies outside "
+            f"every group's {tuple(boxes)}; make the grid from every baseline's bounds"
+        )
+    return np.argmax(held, axis=1)
+
+
 def make_grid(
     config: SkyConfig,
     fringe_rate_hz,
@@ -214,11 +347,12 @@ def make_grid(
     *,
     delay_s=None,
 ) -> SkyGrid:
-    """Padded lattice and mode box for all baselines (host, float64).
+    """Padded lattice and mode boxes for all baselines (host, float64).
 
     fringe_rate_hz, delay_s: (n_bl,) maximum sky fringe rate (Hz) and delay (s) of every
     baseline of the observation (``geometry.max_sky_fringe_rate``, ``max_sky_delay_s``), all of
-    them, not one block: the padding follows the smallest knee and the box the largest.
+    them, not one block: the padding follows the smallest knee, the largest box the largest
+    knee and the groups' boxes every baseline's own (``group_boxes``).
     delay_s may be None when ``config.bandwidth_hz`` is set.
     chan_width: channel spacing (Hz); int_time: integration time (s).
     """
@@ -237,7 +371,21 @@ def make_grid(
             config, _knee(config, delay, n_freq, chan_width), n_freq, chan_width
         )
     n_t, half_t = _edge_lattice(config, _knee(config, rate, n_time, int_time), n_time, int_time)
-    return SkyGrid(n_freq, n_time, float(chan_width), float(int_time), n_f, n_t, half_f, half_t)
+    grid = SkyGrid(n_freq, n_time, float(chan_width), float(int_time), n_f, n_t, half_f, half_t)
+    own = _own_box(config, grid, *_knees(config, grid, rate, delay))
+    boxes = group_boxes(*own, config.groups)
+    used = np.unique(group_labels(boxes, *own))  # a box whose members an earlier one holds
+    return grid._replace(boxes=tuple(boxes[g] for g in used))
+
+
+def group_sizes(config: SkyConfig, grid: SkyGrid, fringe_rate_hz, *, delay_s=None) -> dict:
+    """{"n_kf x n_kt": members} of each group's box, for the model's info."""
+    rate, delay = _check_bounds(config, fringe_rate_hz, delay_s)
+    labels = group_labels(grid.boxes, *_own_box(config, grid, *_knees(config, grid, rate, delay)))
+    counts = np.bincount(labels, minlength=len(grid.boxes))
+    return {
+        f"{2 * f + 1} x {2 * t + 1}": int(c) for (f, t), c in zip(grid.boxes, counts, strict=True)
+    }
 
 
 def make_constants(
@@ -250,7 +398,9 @@ def make_constants(
     mean=0.0,
     dtype=np.float64,
 ) -> SkyConstants:
-    """Constants of ``forward`` for a set of baselines (all of them, or one block of rows).
+    """Constants of ``forward`` for a set of baselines (all of them, or one block of rows),
+    their rows in the given order; each baseline joins the first of ``grid.boxes`` that holds
+    its own box (a group may have no members in a block).
 
     fringe_rate_hz, delay_s: (n_bl,) maximum sky fringe rate (Hz) and delay (s) of these
     baselines (delay_s may be None when ``config.bandwidth_hz`` is set).
@@ -266,57 +416,95 @@ def make_constants(
     if not np.all(np.isfinite(scale) & (scale > 0)):
         raise ValueError("sky scale must be finite and > 0 for every baseline")
     mean = np.broadcast_to(np.asarray(mean, dtype=np.complex128), (n_bl,))
-    if delay is None:
-        weight_freq = _fourier.gaussian_weights(
-            grid.n_freq_padded, grid.chan_width, grid.half_freq, config.bandwidth_hz
+    knee_t, knee_f = _knees(config, grid, rate, delay)
+    labels = group_labels(grid.boxes, *_own_box(config, grid, knee_t, knee_f))
+    groups = []
+    for g, (half_f, half_t) in enumerate(grid.boxes):
+        rows = np.flatnonzero(labels == g)
+        if knee_f is None:
+            weight_freq = _fourier.gaussian_weights(
+                grid.n_freq_padded, grid.chan_width, half_f, config.bandwidth_hz
+            )
+            weight_freq = np.broadcast_to(weight_freq, (rows.size, weight_freq.size))
+        else:
+            weight_freq = _edge_weights(
+                config, knee_f[rows], grid.n_freq_padded, grid.chan_width, half_f
+            )
+        weight_time = _edge_weights(config, knee_t[rows], grid.n_time_padded, grid.int_time, half_t)
+        groups.append(
+            SkyGroup(
+                rows=jnp.asarray(rows, jnp.int32),
+                weight_freq=jnp.asarray(weight_freq, real),
+                weight_time=jnp.asarray(weight_time, real),
+                dft_freq=jnp.asarray(
+                    _fourier.dft_matrix(grid.n_freq, grid.n_freq_padded, half_f), cplx
+                ),
+                dft_time=jnp.asarray(
+                    _fourier.dft_matrix(grid.n_time, grid.n_time_padded, half_t), cplx
+                ),
+            )
         )
-        weight_freq = np.broadcast_to(weight_freq, (n_bl, weight_freq.size))
-    else:
-        knee_f = _knee(config, delay, grid.n_freq, grid.chan_width)
-        weight_freq = _edge_weights(
-            config, knee_f, grid.n_freq_padded, grid.chan_width, grid.half_freq
-        )
-    knee_t = _knee(config, rate, grid.n_time, grid.int_time)
-    weight_time = _edge_weights(config, knee_t, grid.n_time_padded, grid.int_time, grid.half_time)
     return SkyConstants(
-        dft_freq=jnp.asarray(
-            _fourier.dft_matrix(grid.n_freq, grid.n_freq_padded, grid.half_freq), cplx
-        ),
-        dft_time=jnp.asarray(
-            _fourier.dft_matrix(grid.n_time, grid.n_time_padded, grid.half_time), cplx
-        ),
-        weight_freq=jnp.asarray(weight_freq, real),
-        weight_time=jnp.asarray(weight_time, real),
-        scale=jnp.asarray(scale, real),
-        mean=jnp.asarray(mean, cplx),
+        groups=tuple(groups), scale=jnp.asarray(scale, real), mean=jnp.asarray(mean, cplx)
+    )
+
+
+def param_shapes(constants: SkyConstants) -> tuple[tuple[int, int, int, int], ...]:
+    """Each group's parameter shape (n_g, 2, n_kf_g, n_kt_g)."""
+    return tuple(
+        (g.rows.shape[0], 2, g.weight_freq.shape[1], g.weight_time.shape[1])
+        for g in constants.groups
     )
 
 
 def init(constants: SkyConstants, key: jax.Array | None = None) -> SkyParams:
-    """Whitened sky parameters: zeros (V = mean) or, given a PRNG key, a prior draw."""
-    n_bl, n_kt = constants.weight_time.shape
-    shape = (n_bl, 2, constants.weight_freq.shape[1], n_kt)
-    return SkyParams(_whitened.draw(key, shape, constants.weight_time.dtype))
-
-
-def _amplitude(constants: SkyConstants) -> jax.Array:
-    """scale[b] w_f[k] w_t[b, j], shape (n_bl, n_kf, n_kt) real."""
-    return (
-        constants.scale[:, None, None]
-        * constants.weight_freq[:, :, None]
-        * constants.weight_time[:, None, :]
+    """Whitened sky parameters: zeros (V = mean) or, given a PRNG key, a prior draw (group g
+    from ``fold_in(key, g)``)."""
+    real = constants.scale.dtype
+    keys = [
+        None if key is None else jax.random.fold_in(key, g) for g in range(len(constants.groups))
+    ]
+    return SkyParams(
+        tuple(
+            _whitened.draw(k, shape, real)
+            for k, shape in zip(keys, param_shapes(constants), strict=True)
+        )
     )
 
 
+def _amplitude(group: SkyGroup, scale: jax.Array) -> jax.Array:
+    """scale[row] w_f[b, k] w_t[b, j] of a group's members, (n_g, n_kf_g, n_kt_g) real; scale:
+    the rows' scale with a zero appended for the spare row."""
+    return (
+        scale[group.rows][:, None, None]
+        * group.weight_freq[:, :, None]
+        * group.weight_time[:, None, :]
+    )
+
+
+def _with_spare(x: jax.Array) -> jax.Array:
+    return jnp.concatenate([x, jnp.zeros((1, *x.shape[1:]), x.dtype)])
+
+
 def forward(params: SkyParams, constants: SkyConstants) -> jax.Array:
-    """Sky visibilities, (n_bl, n_freq, n_time) complex (formula in the module docstring)."""
-    z = _fourier.complex_from_stacked(params.z)
-    vis = _fourier.modes_to_grid(z, _amplitude(constants), constants.dft_freq, constants.dft_time)
-    return vis + constants.mean[:, None, None]
+    """Sky visibilities, (n_rows, n_freq, n_time) complex (formula in the module docstring):
+    each group's scattered into its rows, the spare row's dropped."""
+    n_rows = constants.scale.shape[0]
+    scale = _with_spare(constants.scale)
+    first = constants.groups[0]
+    shape = (n_rows + 1, first.dft_freq.shape[0], first.dft_time.shape[0])
+    vis = jnp.zeros(shape, constants.mean.dtype)
+    for group, z in zip(constants.groups, params.z, strict=True):
+        grid = _fourier.modes_to_grid(
+            _fourier.complex_from_stacked(z), _amplitude(group, scale), group.dft_freq,
+            group.dft_time,
+        )  # fmt: skip
+        vis = vis.at[group.rows].add(grid)
+    return vis[:n_rows] + constants.mean[:, None, None]
 
 
 def prior(params: SkyParams) -> jax.Array:
-    """Negative log prior |z|^2 / 2 summed over all baselines and modes (scalar)."""
+    """Negative log prior |z|^2 / 2 summed over all groups, baselines and modes (scalar)."""
     return _whitened.prior(params)
 
 
@@ -335,28 +523,37 @@ def init_from_data(
     non-finite cells are left out. A band-limited estimate (one ``forward`` can represent) with
     a small noise comes back to itself: forward(init_from_data(x)) ~= x.
 
-    vis: (n_bl, n_freq, n_time) complex estimate; noise: scalar, (n_bl,) or (n_bl, n_freq) std
-    of its real and imaginary parts (data units, > 0); flags: (n_bl, n_freq, n_time) bool or
-    None. n_iter: conjugate-gradient iterations (static).
+    vis: (n_rows, n_freq, n_time) complex estimate; noise: scalar, (n_rows,) or (n_rows,
+    n_freq) std of its real and imaginary parts (data units, > 0); flags: (n_rows, n_freq,
+    n_time) bool or None. n_iter: conjugate-gradient iterations (static).
 
     A noise per channel enters as one value per baseline, ``1 / sqrt(mean_f noise[b, f]^-2)``:
     the noise that gives the baseline's data the same total weight against the prior (the
     fit weighs a baseline's cells equally). It is exact for equal channels, and the fit is
     started from the truth with a noise far below the data's, where the prior barely counts.
     """
+    vis = jnp.asarray(vis)
+    n_rows = vis.shape[0]
     if np.ndim(noise) == 2:
         noise = 1.0 / jnp.sqrt(jnp.mean(1.0 / jnp.square(jnp.asarray(noise)), axis=1))
-    z = _fourier.fit_estimate(
-        vis,
-        flags,
-        constants.mean,
-        noise,
-        _amplitude(constants),
-        constants.dft_freq,
-        constants.dft_time,
-        n_iter,
-    )
-    return SkyParams(z)
+    noise = jnp.broadcast_to(jnp.asarray(noise), (n_rows,))
+    scale = _with_spare(constants.scale)
+    z = []
+    for group in constants.groups:
+        rows = jnp.minimum(group.rows, n_rows - 1)  # a padding slot's amplitude is zero
+        z.append(
+            _fourier.fit_estimate(
+                vis[rows],
+                None if flags is None else jnp.asarray(flags)[rows],
+                constants.mean[rows],
+                noise[rows],
+                _amplitude(group, scale),
+                group.dft_freq,
+                group.dft_time,
+                n_iter,
+            )
+        )
+    return SkyParams(tuple(z))
 
 
 def mean_from_data(vis, flags=None) -> jax.Array:

@@ -14,22 +14,25 @@ the per-antenna signal of just those inside the map. ``unpad`` and ``unpad_param
 permutation, so results leave in the data's order either way.
 
 Placement: every array with a baseline axis (data, a1, a2, the sky constants'
-``sky.BASELINE_FIELDS``, the sky parameters and every visibility-shaped intermediate) lives on
-``P("bl")``; per-antenna and per-source parameters (RFI signal modes, gains) and freq_mhz are
+``sky.BASELINE_FIELDS`` and every visibility-shaped intermediate) lives on ``P("bl")``. The sky's
+groups (``sky``: one box of modes per group) are placed like the RFI groups: each device holds the
+members among its own rows of every group, padded to the group's most on any device (``SkySlots``),
+with their rows within the device's block (the spare row B for a padding slot, whose weights and
+parameters are zero); the sky runs in ``shard_map``, each device scattering its groups into its
+block. The rest: per-antenna and per-source parameters (RFI signal modes, gains) and freq_mhz are
 replicated. With fixed orbits the RFI geometry (phase, delay_us, and the shared signal's
-per-antenna factor) is placed per device (``ShardedSpec.device_geometry``): (n_dev,
-n_ant_total, ...) on ``P("bl")``, each device holding the rows of its antennas
-(``device_antenna_table``): with the reuse plan its compact table's, so no device holds or
-copies the geometry of antennas it does not use; without it every antenna's with the ghosts
-appended. With fitted orbits, corrected before the map, it is replicated. The
-RFI term runs in ``shard_map``: each device synthesises the per-antenna signal of its antennas
-from the replicated parameters (all of them, or with a reuse plan its compact table), appends
-the plan's ghost antennas (zero signal), evaluates each group with its own stacked index arrays
-through the ri_kernels seams, scatters into a local (B + 1, n_freq, n_time) buffer at the plan's
-positions (padding lands in the spare row B) and keeps the first B rows. The sky, the gains and
-the likelihood act row by row, so they run under ``jit`` on the sharded arrays, with sharding
-constraints keeping ``P("bl")`` between components. Only scalars and the gradients of replicated
-parameters are summed across devices.
+per-antenna factor) is placed per device (``ShardedSpec.device_geometry``): (n_dev, n_ant_total,
+...) on ``P("bl")``, each device holding the rows of its antennas (``device_antenna_table``): with
+the reuse plan its compact table's, so no device holds or copies the geometry of antennas it does
+not use; without it every antenna's with the ghosts appended. With fitted orbits, corrected before
+the map, it is replicated. The RFI term runs in ``shard_map``: each device synthesises the
+per-antenna signal of its antennas from the replicated parameters (all of them, or with a reuse
+plan its compact table), appends the plan's ghost antennas (zero signal), evaluates each group with
+its own stacked index arrays through the ri_kernels seams, scatters into a local (B + 1, n_freq,
+n_time) buffer at the plan's positions (padding lands in the spare row B) and keeps the first B
+rows. The gains and the likelihood act row by row, so they run under ``jit`` on the
+sharded arrays, with sharding constraints keeping ``P("bl")`` between components. Only scalars and
+the gradients of replicated parameters are summed across devices.
 """
 
 from __future__ import annotations
@@ -63,6 +66,38 @@ def make_mesh(n_dev: int | None = None, axis: str = AXIS) -> Mesh:
     return Mesh(np.asarray(devices[:n_dev]), (axis,))
 
 
+class SkySlots(NamedTuple):
+    """One sky group's slots, C per device (n_dev C in all, device d's from d C): member, the
+    group member (its index in the group's rows in the data's order) in each slot, -1 for a
+    padding slot; local, the slot's row within its device's block, B for a padding slot. Read
+    on the host only."""
+
+    member: np.ndarray
+    local: np.ndarray
+
+
+def plan_sky_slots(group_rows, order: np.ndarray | None, n_dev: int, block_size: int):
+    """Each sky group's ``SkySlots`` (host). group_rows: per group, its members' data rows (the
+    whole model's ``SkyGroup.rows``); order: the data row behind each sharded row (None: the
+    data's order). Members keep their sharded rows' order on each device."""
+    n_bl = sum(len(rows) for rows in group_rows)
+    sharded = np.arange(n_bl) if order is None else np.argsort(np.asarray(order))
+    slots = []
+    for rows in group_rows:
+        at = sharded[np.asarray(rows, np.int64)]  # each member's sharded row
+        by_row = np.argsort(at, kind="stable")
+        device = at[by_row] // block_size
+        counts = np.bincount(device, minlength=n_dev)
+        per_device = max(int(counts.max(initial=0)), 1)
+        rank = np.arange(by_row.size) - np.concatenate([[0], np.cumsum(counts)])[device]
+        member = np.full((n_dev, per_device), -1, np.int64)
+        local = np.full((n_dev, per_device), block_size, np.int32)
+        member[device, rank] = by_row
+        local[device, rank] = at[by_row] - device * block_size
+        slots.append(SkySlots(member.reshape(-1), local.reshape(-1)))
+    return tuple(slots)
+
+
 @dataclass(frozen=True)
 class ShardedSpec:
     """Static description of the sharded model (hashable, closed over by ``loss``).
@@ -89,6 +124,7 @@ class ShardedSpec:
     antenna_ids: tuple[tuple[int, ...], ...] | None = None
     reuse: tabascal_partition.ReusePlan | None = field(default=None, compare=False, repr=False)
     device_geometry: bool = False
+    sky_slots: tuple[SkySlots, ...] | None = field(default=None, compare=False, repr=False)
 
     @property
     def n_dev(self) -> int:
@@ -155,6 +191,56 @@ def _place_rows(array, fill, mesh: Mesh, n_rows: int, order: np.ndarray | None) 
 
     shape = (n_rows, *array.shape[1:])
     return jax.make_array_from_callback(shape, _rows(mesh), block)
+
+
+def _place_slots(array, member: np.ndarray, mesh: Mesh) -> jax.Array:
+    """A group's array (n_g, ...) in its slots on ``P("bl")``: slot i holds member
+    ``member[i]``, zeros for a padding slot (-1); each device's block from its own slots."""
+    array = np.asarray(array)
+    padded = np.concatenate([array, np.zeros((1, *array.shape[1:]), array.dtype)])
+    source = np.where(member < 0, array.shape[0], member)
+
+    def block(index):
+        return padded[source[index[0]]][(slice(None), *index[1:])]
+
+    return jax.make_array_from_callback((member.size, *array.shape[1:]), _rows(mesh), block)
+
+
+def place_sky(sky_c: sky.SkyConstants, z, placement: RowPlacement):
+    """The whole model's sky constants and parameters (z: a tuple per group, or None) in the
+    placement's slots (``placement.spec.sky_slots``): scale and mean in its rows (padding rows
+    copy row 0), each group's weights and parameters in its slots with their local rows, the
+    DFT matrices replicated. Returns (constants, z or None)."""
+    spec = placement.spec
+    mesh, slots = spec.mesh, spec.sky_slots
+    groups = tuple(
+        group._replace(
+            rows=_put_rows(slot.local, mesh),
+            weight_freq=_place_slots(group.weight_freq, slot.member, mesh),
+            weight_time=_place_slots(group.weight_time, slot.member, mesh),
+            dft_freq=replicate(group.dft_freq, mesh),
+            dft_time=replicate(group.dft_time, mesh),
+        )
+        for group, slot in zip(sky_c.groups, slots, strict=True)
+    )
+    placed = sky.SkyConstants(
+        groups=groups,
+        scale=place_rows(sky_c.scale, "copy", placement),
+        mean=place_rows(sky_c.mean, "copy", placement),
+    )
+    if z is None:
+        return placed, None
+    return placed, tuple(
+        _place_slots(zg, slot.member, mesh) for zg, slot in zip(z, slots, strict=True)
+    )
+
+
+def with_sky_groups(placement: RowPlacement, sky_c: sky.SkyConstants) -> RowPlacement:
+    """``placement`` with the slots of the whole model's sky groups (``plan_sky_slots``)."""
+    spec = placement.spec
+    group_rows = [np.asarray(group.rows) for group in sky_c.groups]
+    slots = plan_sky_slots(group_rows, placement.order, spec.n_dev, spec.block_size)
+    return placement._replace(spec=replace(spec, sky_slots=slots))
 
 
 def replicate(tree, mesh: Mesh):
@@ -366,14 +452,12 @@ def shard_model(model: joint.Model, mesh: Mesh, *, reuse: bool = False) -> Shard
     reuse: permute the baselines by the antenna-reuse plan first (see the module docstring).
     """
     placement = plan_rows(model.spec, model.constants, mesh, reuse=reuse)
+    placement = with_sky_groups(placement, model.constants.sky)
 
     def rows(array, fill):
         return place_rows(array, fill, placement)
 
-    sky_c = model.constants.sky
-    sky_c = replicate(sky_c._replace(**dict.fromkeys(sky.BASELINE_FIELDS)), mesh)._replace(
-        **{name: rows(getattr(model.constants.sky, name), "copy") for name in sky.BASELINE_FIELDS}
-    )
+    sky_c, sky_z = place_sky(model.constants.sky, model.params.sky.z, placement)
     constants = place_constants(model.constants, placement)._replace(sky=sky_c)
     data = joint.Data(
         vis=rows(model.data.vis, 0),
@@ -381,9 +465,7 @@ def shard_model(model: joint.Model, mesh: Mesh, *, reuse: bool = False) -> Shard
         noise=rows(model.data.noise, 1),
         n_points=replicate(model.data.n_points, mesh),
     )
-    params = replicate(model.params._replace(sky=None), mesh)._replace(
-        sky=sky.SkyParams(rows(model.params.sky.z, 0))
-    )
+    params = replicate(model.params._replace(sky=None), mesh)._replace(sky=sky.SkyParams(sky_z))
     info = placement_info(model.info, placement)
     return ShardedModel(placement.spec, constants, data, params, placement.plan, info)
 
@@ -557,11 +639,32 @@ _TABLE_FIELDS = tuple(
 )
 
 
+def _sky_partition_specs(constants: sky.SkyConstants):
+    group = sky.SkyGroup(rows=P(AXIS), weight_freq=P(AXIS), weight_time=P(AXIS), dft_freq=P(),
+                         dft_time=P())  # fmt: skip
+    return sky.SkyConstants(groups=(group,) * len(constants.groups), scale=P(AXIS), mean=P(AXIS))
+
+
+def predict_sky(sky_params: sky.SkyParams, constants: sky.SkyConstants, spec: ShardedSpec):
+    """Sky visibilities (n_dev B, n_freq, n_time) on ``P("bl")``: each device scatters its
+    groups' slots into its block (``sky.forward`` on the device's rows)."""
+    mapped = jax.shard_map(
+        sky.forward,
+        mesh=spec.mesh,
+        in_specs=(
+            sky.SkyParams((P(AXIS),) * len(constants.groups)),
+            _sky_partition_specs(constants),
+        ),
+        out_specs=P(AXIS),
+    )
+    return mapped(sky_params, constants)
+
+
 def predict(params: joint.ModelParams, constants, spec: ShardedSpec) -> joint.Prediction:
     """Sharded ``joint.predict``: cubes (n_dev B, n_freq, n_time) on ``P("bl")``, padded rows
     last; gains (n_ant, n_freq, n_time) replicated. ``unpad`` returns the data's rows."""
     v_rfi = predict_rfi(params.rfi, constants, spec, params.orbits)
-    v_sky = _keep_rows(sky.forward(params.sky, constants.sky), spec)
+    v_sky = _keep_rows(predict_sky(params.sky, constants.sky, spec), spec)
     g = gains.forward(params.gains, constants.gains)
     model = _keep_rows(gains.apply(v_sky + v_rfi, g, constants.a1, constants.a2), spec)
     return joint.Prediction(v_sky, v_rfi, g, model)
@@ -590,7 +693,13 @@ def unpad(prediction: joint.Prediction, spec: ShardedSpec) -> joint.Prediction:
 
 
 def unpad_params(params: joint.ModelParams, spec: ShardedSpec) -> joint.ModelParams:
-    """Parameters on the host in joint.Model's placement: the sky's padded rows dropped, rows in
-    the data's order."""
+    """Parameters on the host in joint.Model's placement: each sky group's padding slots
+    dropped, its members in the data's order."""
     host = jax.tree.map(np.asarray, params)
-    return host._replace(sky=sky.SkyParams(data_order(host.sky.z, spec)))
+    z = []
+    for zg, slot in zip(host.sky.z, spec.sky_slots, strict=True):
+        used = slot.member >= 0
+        members = np.empty((int(used.sum()), *zg.shape[1:]), zg.dtype)
+        members[slot.member[used]] = zg[used]
+        z.append(members)
+    return host._replace(sky=sky.SkyParams(tuple(z)))

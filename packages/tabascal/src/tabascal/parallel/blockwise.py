@@ -34,7 +34,7 @@ from jax.sharding import PartitionSpec as P
 
 import tabascal_partition
 from tabascal.config import ConfigError
-from tabascal.model import _whitened, joint, likelihood, orbit_corrections, sky
+from tabascal.model import joint, likelihood, orbit_corrections, sky
 from tabascal.model.data_stats import DataStats
 from tabascal.parallel import baseline_axis, processes
 from tabascal.store.format import default_chunk_rows
@@ -288,7 +288,7 @@ def build(
     data = _placed_data(blocks, stats, mesh, placement.spec.block_size, real)
     constants = baseline_axis.place_constants(frame.constants, placement)
     rfi_params = baseline_axis.replicate(frame.rfi, mesh)
-    sky_c, sky_params, sky_sigma = _placed_sky(
+    sky_c, sky_params, sky_sigma, placement = _placed_sky(
         config, frame, placement, rfi_params, constants, data, stats, init=init, seed=seed
     )
     params = joint.ModelParams(
@@ -376,16 +376,16 @@ def _placed_data(blocks, stats: DataStats, mesh, block_size: int, real) -> joint
 
 
 def _placed_sky(config, frame, placement, rfi_params, constants, data, stats, *, init, seed):
-    """The sky's constants and initial parameters on ``P("bl")``, and the prior's scale.
+    """The sky's constants and initial parameters on ``P("bl")``, the prior's scale, and the
+    placement with the sky groups' slots (``baseline_axis.with_sky_groups``).
 
     The sky mean of each row comes from its data less the initial RFI prediction, and the
     prior's scale from the means' rms: on the devices, each from its own rows; only the
-    scale's sum crosses them.
+    scale's sum crosses them. The groups' weights are made on the host for every baseline
+    (per baseline two rows of modes, not a cube) and each device's slots placed from them.
     """
-    spec, mesh = placement.spec, placement.spec.mesh
     real = np.dtype(joint.PRECISIONS[config.precision])
     cplx = np.result_type(real, np.complex64)
-    n_bl, n_rows = spec.model.n_bl, spec.n_rows
     sky_host = sky.make_constants(
         config.sky,
         frame.grid,
@@ -394,13 +394,12 @@ def _placed_sky(config, frame, placement, rfi_params, constants, data, stats, *,
         scale=1.0,
         dtype=real,
     )
+    placement = baseline_axis.with_sky_groups(placement, sky_host)
+    spec, mesh = placement.spec, placement.spec.mesh
+    n_bl, n_rows = spec.model.n_bl, spec.n_rows
     rows_spec = NamedSharding(mesh, P(baseline_axis.AXIS))
-    sky_c = baseline_axis.replicate(sky_host._replace(**dict.fromkeys(sky.BASELINE_FIELDS)), mesh)
-    sky_c = sky_c._replace(
-        weight_freq=baseline_axis.place_rows(sky_host.weight_freq, "copy", placement),
-        weight_time=baseline_axis.place_rows(sky_host.weight_time, "copy", placement),
-        mean=jax.jit(lambda: jnp.zeros(n_rows, cplx), out_shardings=rows_spec)(),
-    )
+    sky_c, _ = baseline_axis.place_sky(sky_host, None, placement)
+    sky_c = sky_c._replace(mean=jax.jit(lambda: jnp.zeros(n_rows, cplx), out_shardings=rows_spec)())
 
     @jax.jit
     def sky_start(rfi_params, orbits, constants, vis, flags):
@@ -416,22 +415,22 @@ def _placed_sky(config, frame, placement, rfi_params, constants, data, stats, *,
         scale=jax.jit(lambda s: jnp.full(n_rows, s), out_shardings=rows_spec)(scale),
         mean=sky_mean.astype(cplx) if init == "data" else sky_c.mean,
     )
-    z_shape = (n_bl, 2, sky_host.weight_freq.shape[1], sky_host.weight_time.shape[1])
-    z = _sky_start_params(z_shape, real, init, seed, n_rows, placement.order, mesh)
-    return sky_c, sky.SkyParams(z), sky_sigma
+    z = _sky_start_params(sky_host, real, init, seed, placement)
+    return sky_c, sky.SkyParams(z), sky_sigma, placement
 
 
-def _sky_start_params(shape, real, init, seed, n_rows, order, mesh) -> jax.Array:
-    """Initial whitened sky parameters on ``P("bl")``: zeros, or the prior draw that
-    ``joint.build`` makes (the same numbers), in the shard plan's row order."""
-    out = NamedSharding(mesh, P(baseline_axis.AXIS))
-    padded = (n_rows, *shape[1:])
+def _sky_start_params(sky_host, real, init, seed, placement) -> tuple[jax.Array, ...]:
+    """Initial whitened sky parameters in the groups' slots on ``P("bl")``: zeros, or the
+    prior draw that ``joint.build`` makes (the same numbers, drawn per group on the host's
+    default device and placed in the slots)."""
+    spec = placement.spec
+    out = NamedSharding(spec.mesh, P(baseline_axis.AXIS))
     if init != "prior":
-        return jax.jit(lambda: jnp.zeros(padded, real), out_shardings=out)()
-    order = np.arange(shape[0]) if order is None else np.asarray(order)
-
-    def draw(key):
-        z = _whitened.draw(key, shape, real)[jnp.asarray(order)]
-        return jnp.concatenate([z, jnp.zeros((n_rows - shape[0], *shape[1:]), real)])
-
-    return jax.jit(draw, out_shardings=out)(joint.prior_keys(seed).sky)
+        return tuple(
+            jax.jit(lambda n=slot.member.size, s=shape: jnp.zeros((n, *s[1:]), real),
+                    out_shardings=out)()
+            for slot, shape in zip(spec.sky_slots, sky.param_shapes(sky_host), strict=True)
+        )  # fmt: skip
+    drawn = sky.init(sky_host, joint.prior_keys(seed).sky)
+    _, z = baseline_axis.place_sky(sky_host, tuple(np.asarray(x) for x in drawn.z), placement)
+    return z
