@@ -331,15 +331,19 @@ def _spread_setup(config, n_freq=8, n_time=16):
     grid = sky.make_grid(
         config, SPREAD_RATES, n_freq, n_time, CHAN_WIDTH, INT_TIME, delay_s=SPREAD_DELAYS
     )
-    constants = sky.make_constants(
-        config,
+    return grid, _spread_block(grid, np.arange(SPREAD_RATES.size), config)
+
+
+def _spread_block(grid, index, config=None):
+    """Constants of the SPREAD_* baselines ``index`` (in that order) on ``grid``."""
+    return sky.make_constants(
+        GROUPED_CONFIG if config is None else config,
         grid,
-        SPREAD_RATES,
-        delay_s=SPREAD_DELAYS,
-        scale=SPREAD_SCALE,
-        mean=SPREAD_MEAN,
+        SPREAD_RATES[index],
+        delay_s=SPREAD_DELAYS[index],
+        scale=SPREAD_SCALE[index],
+        mean=SPREAD_MEAN[index],
     )
-    return grid, constants
 
 
 def _spread_reference_weights(grid, half_freq, half_time, rows=slice(None)):
@@ -428,14 +432,7 @@ def test_groups_take_the_first_box_holding_each_baseline_and_a_block_labels_as_t
     rng = np.random.default_rng(13)
     for offset in range(3):
         index = rng.permutation(np.arange(offset, 12, 3))
-        block = sky.make_constants(
-            GROUPED_CONFIG,
-            grid,
-            SPREAD_RATES[index],
-            delay_s=SPREAD_DELAYS[index],
-            scale=SPREAD_SCALE[index],
-            mean=SPREAD_MEAN[index],
-        )
+        block = _spread_block(grid, index)
         assert len(block.groups) == len(grid.boxes)
         for row, (g, m) in _members(block).items():
             whole_g, whole_m = members[int(index[row])]
@@ -453,14 +450,7 @@ def test_forward_of_a_block_with_groups_is_the_block_of_the_forward():
     whole = np.asarray(jax.jit(sky.forward)(params, constants))
     members = _members(constants)
     index = np.random.default_rng(15).permutation(12)[:5]
-    block_constants = sky.make_constants(
-        GROUPED_CONFIG,
-        grid,
-        SPREAD_RATES[index],
-        delay_s=SPREAD_DELAYS[index],
-        scale=SPREAD_SCALE[index],
-        mean=SPREAD_MEAN[index],
-    )
+    block_constants = _spread_block(grid, index)
     # each block member's modes are its modes in the whole
     block_z = [
         np.asarray(params.z[g])[[members[int(index[row])][1] for row in np.asarray(group.rows)]]
@@ -507,14 +497,7 @@ def test_init_from_data_of_a_block_with_groups_gives_the_rows_of_the_whole():
     grid, constants, _, flags, observed = _spread_observed()
     noise = 0.1 * SPREAD_SCALE
     index = np.random.default_rng(18).permutation(12)[:7]
-    block_constants = sky.make_constants(
-        GROUPED_CONFIG,
-        grid,
-        SPREAD_RATES[index],
-        delay_s=SPREAD_DELAYS[index],
-        scale=SPREAD_SCALE[index],
-        mean=SPREAD_MEAN[index],
-    )
+    block_constants = _spread_block(grid, index)
     encode = jax.jit(sky.init_from_data, static_argnames="n_iter")
     whole = encode(constants, observed, noise, flags, n_iter=400)
     block = encode(block_constants, observed[index], noise[index], flags[index], n_iter=400)
@@ -572,14 +555,7 @@ def test_init_from_data_leaves_a_padding_slot_at_zero():
     grid, constants, _, flags, observed = _spread_observed()
     # the block of group 0's members (the other groups empty there), to keep the compile short
     index = np.asarray(constants.groups[0].rows)
-    block = sky.make_constants(
-        GROUPED_CONFIG,
-        grid,
-        SPREAD_RATES[index],
-        delay_s=SPREAD_DELAYS[index],
-        scale=SPREAD_SCALE[index],
-        mean=SPREAD_MEAN[index],
-    )
+    block = _spread_block(grid, index)
     assert [g.rows.shape[0] for g in block.groups] == [index.size] + [0] * (len(grid.boxes) - 1)
     padded, _ = _with_padding_slots(block, _draw(block, 22), [0])
     encode = jax.jit(sky.init_from_data, static_argnames="n_iter")
