@@ -206,11 +206,10 @@ def _place_slots(array, member: np.ndarray, mesh: Mesh) -> jax.Array:
     return jax.make_array_from_callback((member.size, *array.shape[1:]), _rows(mesh), block)
 
 
-def place_sky(sky_c: sky.SkyConstants, z, placement: RowPlacement):
-    """The whole model's sky constants and parameters (z: a tuple per group, or None) in the
-    placement's slots (``placement.spec.sky_slots``): scale and mean in its rows (padding rows
-    copy row 0), each group's weights and parameters in its slots with their local rows, the
-    DFT matrices replicated. Returns (constants, z or None)."""
+def place_sky(sky_c: sky.SkyConstants, placement: RowPlacement) -> sky.SkyConstants:
+    """The whole model's sky constants in the placement's slots (``placement.spec.sky_slots``):
+    scale and mean in its rows (padding rows copy row 0), each group's weights in its slots
+    with their local rows, the DFT matrices replicated."""
     spec = placement.spec
     mesh, slots = spec.mesh, spec.sky_slots
     groups = tuple(
@@ -223,16 +222,18 @@ def place_sky(sky_c: sky.SkyConstants, z, placement: RowPlacement):
         )
         for group, slot in zip(sky_c.groups, slots, strict=True)
     )
-    placed = sky.SkyConstants(
+    return sky.SkyConstants(
         groups=groups,
         scale=place_rows(sky_c.scale, "copy", placement),
         mean=place_rows(sky_c.mean, "copy", placement),
     )
-    if z is None:
-        return placed, None
-    return placed, tuple(
-        _place_slots(zg, slot.member, mesh) for zg, slot in zip(z, slots, strict=True)
-    )
+
+
+def place_sky_params(z, placement: RowPlacement) -> tuple[jax.Array, ...]:
+    """The whole model's sky parameters (one array per group) in the placement's slots, zeros
+    in padding slots."""
+    mesh, slots = placement.spec.mesh, placement.spec.sky_slots
+    return tuple(_place_slots(zg, slot.member, mesh) for zg, slot in zip(z, slots, strict=True))
 
 
 def with_sky_groups(placement: RowPlacement, sky_c: sky.SkyConstants) -> RowPlacement:
@@ -457,7 +458,7 @@ def shard_model(model: joint.Model, mesh: Mesh, *, reuse: bool = False) -> Shard
     def rows(array, fill):
         return place_rows(array, fill, placement)
 
-    sky_c, sky_z = place_sky(model.constants.sky, model.params.sky.z, placement)
+    sky_c = place_sky(model.constants.sky, placement)
     constants = place_constants(model.constants, placement)._replace(sky=sky_c)
     data = joint.Data(
         vis=rows(model.data.vis, 0),
@@ -465,7 +466,9 @@ def shard_model(model: joint.Model, mesh: Mesh, *, reuse: bool = False) -> Shard
         noise=rows(model.data.noise, 1),
         n_points=replicate(model.data.n_points, mesh),
     )
-    params = replicate(model.params._replace(sky=None), mesh)._replace(sky=sky.SkyParams(sky_z))
+    params = replicate(model.params._replace(sky=None), mesh)._replace(
+        sky=sky.SkyParams(place_sky_params(model.params.sky.z, placement))
+    )
     info = placement_info(model.info, placement)
     return ShardedModel(placement.spec, constants, data, params, placement.plan, info)
 

@@ -398,7 +398,7 @@ def _placed_sky(config, frame, placement, rfi_params, constants, data, stats, *,
     spec, mesh = placement.spec, placement.spec.mesh
     n_bl, n_rows = spec.model.n_bl, spec.n_rows
     rows_spec = NamedSharding(mesh, P(baseline_axis.AXIS))
-    sky_c, _ = baseline_axis.place_sky(sky_host, None, placement)
+    sky_c = baseline_axis.place_sky(sky_host, placement)
     sky_c = sky_c._replace(mean=jax.jit(lambda: jnp.zeros(n_rows, cplx), out_shardings=rows_spec)())
 
     @jax.jit
@@ -424,13 +424,13 @@ def _sky_start_params(sky_host, real, init, seed, placement) -> tuple[jax.Array,
     prior draw that ``joint.build`` makes (the same numbers, drawn per group on the host's
     default device and placed in the slots)."""
     spec = placement.spec
+    if init == "prior":
+        drawn = sky.init(sky_host, joint.prior_keys(seed).sky)
+        return baseline_axis.place_sky_params(tuple(map(np.asarray, drawn.z)), placement)
     out = NamedSharding(spec.mesh, P(baseline_axis.AXIS))
-    if init != "prior":
-        return tuple(
-            jax.jit(lambda n=slot.member.size, s=shape: jnp.zeros((n, *s[1:]), real),
-                    out_shardings=out)()
-            for slot, shape in zip(spec.sky_slots, sky.param_shapes(sky_host), strict=True)
-        )  # fmt: skip
-    drawn = sky.init(sky_host, joint.prior_keys(seed).sky)
-    _, z = baseline_axis.place_sky(sky_host, tuple(np.asarray(x) for x in drawn.z), placement)
-    return z
+
+    def zeros(n_slots, shape):  # made on the devices: no host copy of the whole
+        return jax.jit(lambda: jnp.zeros((n_slots, *shape[1:]), real), out_shardings=out)()
+
+    pairs = zip(spec.sky_slots, sky.param_shapes(sky_host), strict=True)
+    return tuple(zeros(slot.member.size, shape) for slot, shape in pairs)
