@@ -554,9 +554,7 @@ def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None 
     )
     info = {
         "rfi_groups": group_sizes,
-        "sky_groups": sky.group_sizes(
-            config.sky, grid, geom.sky_fringe_rate_hz, delay_s=geom.sky_delay_s
-        ),
+        "sky_groups": sky.group_sizes(grid),
         "rfi_snr": snr,
         "rfi_level": rfi_level,
         "rfi_corr_time_s": [float(t) for t in corr_time_s],

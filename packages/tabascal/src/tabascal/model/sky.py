@@ -136,7 +136,8 @@ class SkyGrid(NamedTuple):
     """Static layout shared by all baselines: data grid, padded lattice and kept half-widths.
 
     The box that holds every baseline's modes is (n_kf, n_kt) = (2 half_freq + 1, 2 half_time
-    + 1); boxes: each group's (half_freq, half_time), fewest modes first (``group_boxes``).
+    + 1); boxes: each group's (half_freq, half_time), fewest modes first (``group_boxes``);
+    members: how many of the baselines the grid was made for each box holds.
     """
 
     n_freq: int
@@ -148,6 +149,7 @@ class SkyGrid(NamedTuple):
     half_freq: int
     half_time: int
     boxes: tuple[tuple[int, int], ...] = ()
+    members: tuple[int, ...] = ()
 
 
 class SkyParams(NamedTuple):
@@ -377,17 +379,17 @@ def make_grid(
     grid = SkyGrid(n_freq, n_time, float(chan_width), float(int_time), n_f, n_t, half_f, half_t)
     own = _own_box(config, grid, *_knees(config, grid, rate, delay))
     boxes = group_boxes(*own, config.groups)
-    used = np.unique(group_labels(boxes, *own))  # a box whose members an earlier one holds
-    return grid._replace(boxes=tuple(boxes[g] for g in used))
+    # A box whose members an earlier one holds is dropped.
+    used, members = np.unique(group_labels(boxes, *own), return_counts=True)
+    return grid._replace(
+        boxes=tuple(boxes[g] for g in used), members=tuple(int(m) for m in members)
+    )
 
 
-def group_sizes(config: SkyConfig, grid: SkyGrid, fringe_rate_hz, *, delay_s=None) -> dict:
+def group_sizes(grid: SkyGrid) -> dict:
     """{"n_kf x n_kt": members} of each group's box, for the model's info."""
-    rate, delay = _check_bounds(config, fringe_rate_hz, delay_s)
-    labels = group_labels(grid.boxes, *_own_box(config, grid, *_knees(config, grid, rate, delay)))
-    counts = np.bincount(labels, minlength=len(grid.boxes))
     return {
-        f"{2 * f + 1} x {2 * t + 1}": int(c) for (f, t), c in zip(grid.boxes, counts, strict=True)
+        f"{2 * f + 1} x {2 * t + 1}": m for (f, t), m in zip(grid.boxes, grid.members, strict=True)
     }
 
 
