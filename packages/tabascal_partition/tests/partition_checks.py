@@ -68,11 +68,17 @@ def expected_blocks(n_bl: int, n_dev: int):
     return block, starts, stops
 
 
-def assert_shard_plan_invariants(plan, a1, a2, n_ant, n_dev, groups=None, reuse=None):
+def assert_shard_plan_invariants(plan, a1, a2, n_ant, n_dev, groups=None, reuse=None, order=None):
     """Every invariant of issue 4 for a ShardPlan built from these arguments."""
     n_bl = len(a1)
     labels = np.zeros(n_bl, np.int64) if groups is None else np.asarray(groups)
-    order = np.arange(n_bl) if reuse is None else reuse.order
+    if reuse is not None:
+        order = reuse.order
+    if order is None:
+        assert plan.order is None
+        order = np.arange(n_bl)
+    else:
+        assert np.array_equal(plan.order, order)
     sharded_a1, sharded_a2, sharded_label = a1[order], a2[order], labels[order]
     n_real_ant = n_ant if reuse is None else reuse.width
     block, starts, stops = expected_blocks(n_bl, n_dev)

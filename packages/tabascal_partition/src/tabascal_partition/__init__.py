@@ -3,6 +3,8 @@
 - :func:`ownership`: contiguous blocks of the data's rows, B = ceil(n_bl / n_dev) per device.
 - :func:`plan_shards`: each device's rows of each baseline group, padded to a common count with
   pairs of zero-signal ghost antennas, and their scatter positions (padding goes to spare row B).
+- :func:`spread_order`: a permutation of the rows whose ownership blocks hold an even share of
+  every group, each block in the data's order.
 - :func:`antenna_reuse_plan`: a permutation of the baselines into per-device blocks that touch
   few antennas, with its lower bound.
 
@@ -16,6 +18,7 @@ from tabascal_partition._ownership import Ownership, ownership
 from tabascal_partition._plan_checks import InvalidPlanError
 from tabascal_partition._reuse import ReusePlan, antenna_reuse_plan
 from tabascal_partition._shard_plan import GroupPlan, ShardPlan, plan_shards
+from tabascal_partition._spread import spread_order
 
 __version__ = "0.1.0"
 
@@ -33,4 +36,5 @@ __all__ = [
     "ghosts_needed",
     "ownership",
     "plan_shards",
+    "spread_order",
 ]

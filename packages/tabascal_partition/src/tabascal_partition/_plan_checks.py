@@ -61,6 +61,16 @@ def check_shard_plan(plan) -> None:
     n_real_ant = plan.n_ant if plan.reuse is None else plan.reuse.width
     _require(plan.n_ant_total == n_real_ant + plan.n_ghost, "n_ant_total is not real + ghost")
     _check_antenna_ids(plan, n_real_ant)
+    if plan.order is not None:
+        _require(
+            np.array_equal(np.sort(plan.order), np.arange(n_bl)),
+            "order is not a permutation of rows",
+        )
+    if plan.reuse is not None:
+        _require(
+            plan.order is not None and np.array_equal(plan.order, plan.reuse.order),
+            "order is not the reuse plan's",
+        )
     if plan.reuse is not None:
         check_reuse_plan(plan.reuse)
         device = np.repeat(np.arange(n_dev), plan.reuse.counts)

@@ -14,7 +14,7 @@ import numpy as np
 from tabascal_partition._ghosts import ghost_pairs, ghosts_needed
 from tabascal_partition._ownership import ownership, read_only, stable_order
 from tabascal_partition._reuse import ReusePlan, check_reuse_matches
-from tabascal_partition._validate import check_baselines, check_count, check_groups
+from tabascal_partition._validate import check_baselines, check_count, check_groups, check_order
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,9 @@ class ShardPlan:
             gathers the per-device signal with ``signal_with_zero_row[antenna_ids]``, where the
             appended last row is zero, so that -1 selects it.
         groups: one :class:`GroupPlan` per distinct label, in increasing label order.
-        reuse: the antenna-reuse plan the rows were packed by, or None (data order, global ids).
+        reuse: the antenna-reuse plan the rows were packed by, or None (global ids).
+        order: (n_bl,) int64 input row behind each sharded row (``reuse.order`` with a reuse
+            plan), or None: the data's order.
     """
 
     n_bl: int
@@ -82,6 +84,7 @@ class ShardPlan:
     antenna_ids: np.ndarray
     groups: tuple[GroupPlan, ...]
     reuse: ReusePlan | None = None
+    order: np.ndarray | None = None
 
     @property
     def spare_row(self) -> int:
@@ -135,7 +138,9 @@ class ShardPlan:
         return "\n".join(lines)
 
 
-def plan_shards(a1, a2, n_ant, n_dev, groups=None, *, reuse: ReusePlan | None = None) -> ShardPlan:
+def plan_shards(
+    a1, a2, n_ant, n_dev, groups=None, *, reuse: ReusePlan | None = None, order=None
+) -> ShardPlan:
     """Plan each device's rows of each group, padded with ghost pairs to a common count.
 
     Args:
@@ -149,6 +154,9 @@ def plan_shards(a1, a2, n_ant, n_dev, groups=None, *, reuse: ReusePlan | None = 
             packed order; ``reuse.order[rows]`` gives the input rows) and a1/a2 in the group plans
             are each device's compact antenna numbers (indices into ``reuse.antennas[d]``), with
             ghosts from ``reuse.width`` up.
+        order: optional (n_bl,) permutation of the rows, the input row behind each sharded row
+            (e.g. :func:`spread_order`), for the global numbering; not with ``reuse``, which
+            carries its own.
 
     Returns:
         The :class:`ShardPlan`. Ghost antennas are the fewest that give every device enough
@@ -160,14 +168,23 @@ def plan_shards(a1, a2, n_ant, n_dev, groups=None, *, reuse: ReusePlan | None = 
     n_dev = check_count(n_dev, "n_dev", caller, 1)
     labels, group_index = check_groups(groups, a1.shape[0], caller)
     n_bl = a1.shape[0]
-    if reuse is None:
-        row_a1, row_a2, dev_a1, dev_a2 = a1, a2, a1, a2
-        n_real_ant = n_ant
-    else:
+    n_real_ant = n_ant
+    if reuse is not None:
+        if order is not None:
+            raise ValueError(
+                f"{caller}: pass either reuse or order, not both; a reuse plan's rows are "
+                "sharded in its own order (reuse.order)"
+            )
         check_reuse_matches(reuse, a1, a2, n_ant, n_dev, caller)
-        row_a1, row_a2, group_index = a1[reuse.order], a2[reuse.order], group_index[reuse.order]
-        dev_a1, dev_a2 = reuse.local_a1, reuse.local_a2
+        order = np.asarray(reuse.order)
         n_real_ant = reuse.width
+    elif order is not None:
+        order = check_order(order, a1.shape[0], caller)
+    if order is not None:
+        a1, a2, group_index = a1[order], a2[order], group_index[order]
+    row_a1, row_a2, dev_a1, dev_a2 = a1, a2, a1, a2
+    if reuse is not None:
+        dev_a1, dev_a2 = reuse.local_a1, reuse.local_a2
 
     blocks = ownership(n_bl, n_dev)
     block_size = blocks.block_size
@@ -213,6 +230,7 @@ def plan_shards(a1, a2, n_ant, n_dev, groups=None, *, reuse: ReusePlan | None = 
         antenna_ids=read_only(_antenna_ids(reuse, n_dev, n_ant, n_ghost)),
         groups=tuple(plans),
         reuse=reuse,
+        order=None if order is None else read_only(order),
     )
 
 

@@ -138,3 +138,18 @@ def check_groups(groups, n_bl: int, caller: str) -> tuple[np.ndarray, np.ndarray
         return np.flatnonzero(present), (np.cumsum(present) - 1)[groups]
     labels, index = np.unique(groups, return_inverse=True)
     return labels, index.astype(np.int64).reshape(n_bl)
+
+
+def check_order(order, n_bl: int, caller: str) -> np.ndarray:
+    """Validate a permutation of ``n_bl`` rows and return it as an int64 copy."""
+    order = _check_integer_column(order, "order", caller).astype(np.int64)
+    seen = np.zeros(n_bl, np.int64)
+    inside = (order >= 0) & (order < n_bl)
+    np.add.at(seen, order[inside], 1)
+    if order.shape[0] != n_bl or not inside.all() or np.any(seen != 1):
+        missing = np.flatnonzero(seen == 0)
+        raise ValueError(
+            f"{caller}: order must list each of the {n_bl} rows exactly once (a permutation of "
+            f"0 .. {n_bl - 1}); it has {order.shape[0]} entries and misses rows {_listed(missing)}"
+        )
+    return order
