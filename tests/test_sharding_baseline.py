@@ -1,9 +1,11 @@
 """The baseline-sharded model equals the single-device model, on 1 to 4 virtual CPU devices.
 
-28 baselines (8 stations) do not divide over 3 or 4 devices, so those cases pad the baseline
-axis with flagged rows and the RFI groups with ghost pairs that scatter into the spare row. Each
-case also proves the sharded route ran: the RFI output lives on P("bl") over n devices with one
-block of B rows per device.
+28 baselines (8 stations) do not divide over 3 devices, so that case pads the baseline axis with
+flagged rows and both RFI groups with ghost pairs that scatter into the spare row; every case
+with three or four devices pads some sky groups' slots. The rows go in the spread order
+(``tabascal_partition.spread_order``), so on 4 devices both RFI groups divide evenly. Each case
+also proves the sharded route ran: the RFI output lives on P("bl") over n devices with one block
+of B rows per device.
 """
 
 import jax
@@ -126,12 +128,17 @@ def test_sharded_loss_and_gradient_equal_single_device(obs, route, n_dev):
     assert not np.any(np.asarray(rfi)[n_bl:]), "padded rows must carry no RFI"
     padded_groups = sum(int(g.n_padding.sum()) > 0 for g in plan.groups)
     assert (plan.n_ghost > 0) == (padded_groups > 0), plan.summary()
-    if n_dev > 2 and route != "analytic":
-        # Measured plans: 3 devices pad the two groups by (1, 5, 0) and (4, 0, 7) rows, 4 devices
-        # by (3, 3, 6, 0) and (3, 3, 0, 6): ghosts in both groups, several on one device.
+    assert (spec.order is None) == (n_dev == 1)  # the spread order, not the data's
+    if n_dev == 3 and route != "analytic":
+        # Measured plans: 3 devices pad the two groups by (1, 0, 2) and (0, 1, 1) rows: ghosts in
+        # both groups (in the data's order (1, 5, 0) and (4, 0, 7)).
         assert padded_groups >= 2, plan.summary()
-    if (route, n_dev) in (("hybrid", 2), ("analytic", 4)):
-        assert padded_groups == 0, plan.summary()  # every group divides evenly: no ghosts
+    if n_dev in (2, 4):
+        # The spread order gives each device 3 and 4 rows of the hybrid's groups on 4 devices
+        # (in the data's order they were padded by (3, 3, 6, 0) and (3, 3, 0, 6)).
+        assert padded_groups == 0, plan.summary()
+    if n_dev > 2:
+        assert any((slot.member < 0).any() for slot in spec.sky_slots), "no sky padding slot"
     if route == "hybrid":
         operators = {g.operator for g in model.spec.groups}
         assert operators == {"quadrature", "analytic"} and len(model.spec.groups) >= 2

@@ -160,9 +160,13 @@ def _equivalence(obs, route, n_dev):
 @pytest.mark.parametrize(("route", "n_dev"), LIGHT, ids=[f"{r}-{n}dev" for r, n in LIGHT])
 def test_reuse_loss_and_gradient_equal_single_device(obs, route, n_dev):
     sharded = _equivalence(obs, route, n_dev)
-    # Measured plan: the two groups pad (1, 1, 2, 0) and (1, 2, 1, 0) rows: ghosts in both.
+    # Measured plan: the two groups pad (0, 1, 1, 2) and (2, 1, 1, 0) rows: ghosts in both. The
+    # plan balances the RFI groups alone: balancing each (RFI group, sky group) label would pad
+    # neither but need 6 of the 8 antennas per device, not 5 (``baseline_axis.plan_rows``).
+    assert sharded.spec.reuse.width == 5, sharded.spec.reuse.summary()
     assert all(int(g.n_padding.sum()) > 0 for g in sharded.plan.groups), sharded.plan.summary()
     assert sharded.plan.n_ghost > 0
+    assert sum(int((slot.member < 0).sum()) for slot in sharded.spec.sky_slots) > 0
 
 
 @pytest.mark.heavy

@@ -50,7 +50,7 @@ def blocks(spec) -> list[Block]:
     for d in range(spec.n_dev):
         start, stop = min(d * B, n_bl), min((d + 1) * B, n_bl)
         packed = np.arange(start, stop)
-        rows = packed if spec.reuse is None else np.asarray(spec.reuse.order)[packed]
+        rows = packed if spec.order is None else np.asarray(spec.order)[packed]
         out.append(Block(d, start, stop, rows))
     return out
 
@@ -239,6 +239,12 @@ def local_blocks(prediction, spec) -> Iterator[tuple[np.ndarray, np.ndarray, np.
         )
 
 
+def _squared_error(a, b) -> float:
+    """sum |a - b|^2 in float64 whatever the arrays' precision: in single precision the sum's
+    rounding (1e-8 of it at 28 baselines) would depend on how the rows are split into blocks."""
+    return float(np.sum(np.abs(np.asarray(a, np.complex128) - np.asarray(b, np.complex128)) ** 2))
+
+
 def truth_metrics(fitted_blocks, fitted_gains, read_truth, meta, noise_mean: float) -> dict:
     """RMSE and RMSE/noise against the truth, from each process's own blocks, with the sums
     gathered across processes (an unsharded fit is one block of every row).
@@ -266,10 +272,10 @@ def truth_metrics(fitted_blocks, fitted_gains, read_truth, meta, noise_mean: flo
         fitted_sky = np.asarray(gains.apply(sky, fitted_gains, b1, b2))
         true_sky = np.asarray(gains.apply(truth.sky_vis, truth.gains, b1, b2))
         sums += [
-            np.sum(np.abs(sky - truth.sky_vis) ** 2),
-            np.sum(np.abs(fitted_rfi - true_rfi) ** 2),
-            np.sum(np.abs(truth.vis - truth.sky_vis) ** 2),
-            np.sum(np.abs(fitted_sky - true_sky) ** 2),
+            _squared_error(sky, truth.sky_vis),
+            _squared_error(fitted_rfi, true_rfi),
+            _squared_error(truth.vis, truth.sky_vis),
+            _squared_error(fitted_sky, true_sky),
         ]
     total = processes.gather_exact(sums).sum(axis=0)
     count = meta.n_bl * meta.n_freq * meta.n_time

@@ -281,21 +281,34 @@ def build(
     frame = joint.model_frame(meta, config, stats.snr, level, init, seed)
     if frame.orbits is not None and init in joint.FROM_DATA_INITS:
         frame = _searched_orbits(frame, meta, blocks, mesh)
-    placement = baseline_axis.plan_rows(frame.spec, frame.constants, mesh, reuse=reuse)
+    # The sky's groups' weights for every baseline (per baseline two rows of modes, not a
+    # cube), on the host: the placement spreads the groups over the devices.
+    sky_host = sky.make_constants(
+        config.sky,
+        frame.grid,
+        frame.fringe_rate_hz,
+        delay_s=frame.sky_delay_s,
+        scale=1.0,
+        dtype=real,
+    )
+    placement = baseline_axis.plan_rows(
+        frame.spec, frame.constants._replace(sky=sky_host), mesh, reuse=reuse
+    )
     if placement.order is not None:
-        with processes.stage("reading this process's rows in the antenna-reuse order"):
+        with processes.stage("reading this process's rows in the placement's order"):
             blocks = _read_blocks(source, mesh, placement.order, real)
     data = _placed_data(blocks, stats, mesh, placement.spec.block_size, real)
     constants = baseline_axis.place_constants(frame.constants, placement)
     rfi_params = baseline_axis.replicate(frame.rfi, mesh)
-    sky_c, sky_params, sky_sigma, placement = _placed_sky(
-        config, frame, placement, rfi_params, constants, data, stats, init=init, seed=seed
+    orbits = baseline_axis.replicate(frame.orbits, mesh)
+    sky_c, sky_params, sky_sigma = _placed_sky(
+        config, sky_host, placement, (rfi_params, orbits), constants, data, stats, init, seed
     )
     params = joint.ModelParams(
         sky_params,
         rfi_params,
         baseline_axis.replicate(frame.gains, mesh),
-        baseline_axis.replicate(frame.orbits, mesh),
+        orbits,
     )
     info = baseline_axis.placement_info(
         dict(frame.info, sky_sigma=sky_sigma, read_by_block=True), placement
@@ -375,26 +388,17 @@ def _placed_data(blocks, stats: DataStats, mesh, block_size: int, real) -> joint
     )
 
 
-def _placed_sky(config, frame, placement, rfi_params, constants, data, stats, *, init, seed):
-    """The sky's constants and initial parameters on ``P("bl")``, the prior's scale, and the
-    placement with the sky groups' slots (``baseline_axis.with_sky_groups``).
+def _placed_sky(config, sky_host, placement, rfi, constants, data, stats, init, seed):
+    """The sky's constants and initial parameters on ``P("bl")``, and the prior's scale;
+    rfi: the RFI's initial parameters and orbit corrections, placed.
 
     The sky mean of each row comes from its data less the initial RFI prediction, and the
     prior's scale from the means' rms: on the devices, each from its own rows; only the
-    scale's sum crosses them. The groups' weights are made on the host for every baseline
-    (per baseline two rows of modes, not a cube) and each device's slots placed from them.
+    scale's sum crosses them. Each device's slots of the groups' weights are placed from
+    ``sky_host``, the groups made on the host for every baseline.
     """
     real = np.dtype(joint.PRECISIONS[config.precision])
     cplx = np.result_type(real, np.complex64)
-    sky_host = sky.make_constants(
-        config.sky,
-        frame.grid,
-        frame.fringe_rate_hz,
-        delay_s=frame.sky_delay_s,
-        scale=1.0,
-        dtype=real,
-    )
-    placement = baseline_axis.with_sky_groups(placement, sky_host)
     spec, mesh = placement.spec, placement.spec.mesh
     n_bl, n_rows = spec.model.n_bl, spec.n_rows
     rows_spec = NamedSharding(mesh, P(baseline_axis.AXIS))
@@ -407,8 +411,7 @@ def _placed_sky(config, frame, placement, rfi_params, constants, data, stats, *,
         mean = sky.mean_from_data(vis - rfi, flags)
         return mean, jnp.sqrt(jnp.sum(jnp.abs(mean) ** 2) / n_bl)
 
-    orbits = baseline_axis.replicate(frame.orbits, spec.mesh)
-    sky_mean, rms = sky_start(rfi_params, orbits, constants, data.vis, data.flags)
+    sky_mean, rms = sky_start(*rfi, constants, data.vis, data.flags)
     sky_sigma = config.sky_sigma or max(float(rms), stats.noise_median)
     scale = jnp.asarray(sky_sigma, real)
     sky_c = sky_c._replace(
@@ -416,7 +419,7 @@ def _placed_sky(config, frame, placement, rfi_params, constants, data, stats, *,
         mean=sky_mean.astype(cplx) if init == "data" else sky_c.mean,
     )
     z = _sky_start_params(sky_host, real, init, seed, placement)
-    return sky_c, sky.SkyParams(z), sky_sigma, placement
+    return sky_c, sky.SkyParams(z), sky_sigma
 
 
 def _sky_start_params(sky_host, real, init, seed, placement) -> tuple[jax.Array, ...]:
