@@ -485,3 +485,35 @@ def test_a_checkpoint_holding_both_phases_states_is_refused_with_what_to_do(tmp_
     optimiser.save_checkpoint(tmp_path, both, empty)
     with pytest.raises(ValueError, match=r"both phases' optimiser states.*without --resume"):
         optimiser.load_checkpoint(tmp_path, state, optimizer)
+
+
+def _sky_state(n_groups: int, optimizer):
+    from tabascal.model import joint, sky
+
+    z = tuple(jnp.full((3 + g, 2, 5), 0.5 + g) for g in range(n_groups))
+    params = joint.ModelParams(sky.SkyParams(z), jnp.arange(4.0), jnp.ones(2), None)
+    return optimiser.init_state(params, optimizer)
+
+
+def test_a_checkpoint_from_before_the_sky_groups_resumes_with_one_group(tmp_path):
+    """Checkpoints written before the sky's groups named the sky's one array of modes
+    "...sky.z" (``jax.tree_util.keystr`` of an array field) where one group's is "...sky.z[0]":
+    with sky.groups 1 they are read as that group's; with more groups the refusal says so."""
+    optimizer = optimiser.make_optimizer(_fit_config(optimizer="adabelief"))
+    state = _sky_state(1, optimizer)
+    state = state._replace(step=jnp.asarray(7, state.step.dtype))
+    empty = optimiser.FitHistory(np.zeros(0), np.zeros(0))
+    path = optimiser.save_checkpoint(tmp_path, state, empty)
+    with np.load(path) as saved:
+        arrays = dict(saved)
+    names = [str(name) for name in arrays["leaf_names"]]
+    old = [name.replace(".sky.z[0]", ".sky.z") for name in names]
+    assert sum(name != new for name, new in zip(old, names, strict=True)) == 3  # params, mu, nu
+    np.savez(path, **{**arrays, "leaf_names": np.array(old)})
+
+    loaded, _ = optimiser.load_checkpoint(tmp_path, _sky_state(1, optimizer))
+    assert int(loaded.step) == 7
+    for got, want in zip(jax.tree.leaves(loaded), jax.tree.leaves(state), strict=True):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match=r"one array for every baseline.*sky.groups set to 1"):
+        optimiser.load_checkpoint(tmp_path, _sky_state(2, optimizer))

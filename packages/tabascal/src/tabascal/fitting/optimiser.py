@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -816,6 +817,11 @@ def polish_settled(losses, config: FitConfig, n_points: float = 1.0) -> bool:
     return (losses[-3] - losses[-1]) * n_points < config.polish_tolerance
 
 
+# The sky's modes as one array for every baseline, as checkpoints written before the sky's
+# groups (2026-12-05) name them: "...sky.z" where today's name "...sky.z[0]" and on.
+_ONE_BOX = re.compile(r"\.sky\.z(?![\[\w])")
+
+
 def _leaf_names(tree) -> list[str]:
     return [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_leaves_with_path(tree)]
 
@@ -879,6 +885,9 @@ def load_checkpoint(
     with np.load(path) as saved:
         names = list(saved["leaf_names"])
         expected = _leaf_names(template)
+        one_box = any(_ONE_BOX.search(name) for name in names)
+        # The one box's modes are a single group's, the first: with sky.groups 1 the same arrays.
+        names = [_ONE_BOX.sub(".sky.z[0]", name) for name in names]
         if names != expected and isinstance(optimizer, Phased) and not in_polish(template):
             polishing = polish_form(template, optimizer)
             if names == _leaf_names(polishing):
@@ -890,6 +899,13 @@ def load_checkpoint(
                 "them before the gradient phases and the polish became two programs "
                 "(2026-12-05); this version cannot resume it: run the fit again without "
                 "--resume (or with the tabascal that wrote it)"
+            )
+        if names != expected and one_box:
+            raise ValueError(
+                f"checkpoint {path} holds the sky's modes as one array for every baseline, as "
+                "tabascal wrote them before the sky's baselines were split into groups "
+                "(2026-12-05); resume it with the config key sky.groups set to 1 (every "
+                "baseline in one group, as it was written), or run the fit again without --resume"
             )
         if names != expected:
             raise ValueError(
