@@ -25,6 +25,20 @@ def test_command_without_reuse_reports_contiguous_widths():
     assert "the widest device's rows touch 16 real antennas" in result.stdout
 
 
+def test_spread_order_computes_no_padding_where_the_groups_divide():
+    # 780 baselines in 3 length groups of 260 on 4 devices: 65 of each per device. In the data's
+    # order the groups are padded to 75, 69 and 84 (228 rows computed for 195 owned).
+    plain, spread = (
+        run("--n-ant", "40", "--devices", "4", "--groups", "3"),
+        run("--n-ant", "40", "--devices", "4", "--groups", "3", "--spread"),
+    )
+    assert plain.returncode == spread.returncode == 0, plain.stderr + spread.stderr
+    assert "rows computed per device: 228 for 195 owned" in plain.stdout
+    assert "rows computed per device: 195 for 195 owned" in spread.stdout
+    both = run("--n-ant", "40", "--spread", "--reuse")
+    assert both.returncode == 2 and "pass one of them" in both.stderr
+
+
 def test_help_and_bad_arguments():
     assert "--reuse" in run("-h").stdout
     result = run("--devices", "0")

@@ -6,6 +6,7 @@ import sys
 from tabascal_partition._demo import demo_baselines
 from tabascal_partition._reuse import antenna_reuse_plan
 from tabascal_partition._shard_plan import plan_shards
+from tabascal_partition._spread import spread_order
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +28,11 @@ def main(argv: list[str] | None = None) -> int:
         "--reuse", action="store_true", help="pack rows with the antenna-reuse plan"
     )
     parser.add_argument(
+        "--spread",
+        action="store_true",
+        help="shard the rows in the spread order of the groups (not with --reuse)",
+    )
+    parser.add_argument(
         "--autocorrelations", action="store_true", help="include each antenna's autocorrelation"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the antenna layout")
@@ -38,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.n_ant < 1 or args.devices < 1 or args.groups < 1:
         parser.error("--n-ant, --devices and --groups must be at least 1")
+    if args.spread and args.reuse:
+        parser.error("--spread and --reuse are two orders of the rows: pass one of them")
     if args.width_table:
         print_width_table(args.n_ant)
         return 0
@@ -52,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.reuse:
         reuse = antenna_reuse_plan(a1, a2, args.n_ant, args.devices, groups)
         print(reuse.summary())
-    plan = plan_shards(a1, a2, args.n_ant, args.devices, groups, reuse=reuse)
+    order = spread_order(groups, args.devices) if args.spread else None
+    plan = plan_shards(a1, a2, args.n_ant, args.devices, groups, reuse=reuse, order=order)
     print(plan.summary())
     return 0
 
