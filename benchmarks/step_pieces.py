@@ -7,9 +7,11 @@ and how many of the sky's modes its parameters hold against what each baseline u
 Pieces, each lowered and compiled from abstract shapes on one CPU device (as
 ``benchmarks/memory.py`` compiles the stages): the loss; its value and gradient; a
 Hessian-vector product (forward over reverse, as the Newton and trust-region polishes take
-it); the gradient phases' step; the polish's step. Each is reported in bytes and in
-visibility cubes (n_bl x n_freq x n_time complex64): everything visibility-shaped scales with
-the cube, everything parameter-shaped with the sky's modes.
+it); a Gauss-Newton product (``joint.gauss_newton``: the model's tangent, then its cotangent;
+the Hessian without the residuals' curvature); the gradient phases' step; the polish's step
+(with ``--curvature``'s products). Each is reported in bytes and in visibility cubes (n_bl x
+n_freq x n_time complex64): everything visibility-shaped scales with the cube, everything
+parameter-shaped with the sky's modes.
 
 The sky's modes: one box of modes (n_kf, n_kt) for every baseline, sized by the baseline
 with the largest fringe rate and delay, against what each baseline's own spectrum keeps (the
@@ -21,6 +23,7 @@ most 1..``--groups`` groups. The pieces are compiled for the model's own groups.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -30,7 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common
 
-PIECES = ("loss", "value_and_grad", "hvp", "gradient_step", "polish_step")
+PIECES = ("loss", "value_and_grad", "hvp", "gauss_newton", "gradient_step", "polish_step")
 
 
 def _arguments(argv=None):
@@ -41,6 +44,12 @@ def _arguments(argv=None):
     parser.add_argument("--rfi", default="hybrid", choices=sorted(_common.RFI_ROUTES))
     parser.add_argument("--pieces", nargs="+", default=list(PIECES), choices=PIECES)
     parser.add_argument("--groups", type=int, default=6, help="most sky groups to consider")
+    parser.add_argument(
+        "--curvature",
+        default=None,
+        choices=("hessian", "gauss-newton"),
+        help="fit.polish_curvature of the polish's step (default: the fit's own, hessian)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="output path (default results/)")
     return parser.parse_args(argv)
 
@@ -113,14 +122,19 @@ def measure_pieces(model, fit_config, pieces) -> dict:
     def hvp(p, v, i):
         return jax.jvp(lambda q: jax.grad(value)(q, i), (p,), (v,))[1]
 
+    def gauss_newton(p, v, i):
+        return routes.route("none").gauss_newton(p, v, i, placed.spec)
+
     polished = dataclasses.replace(fit_config, polish_steps=max(fit_config.polish_steps, 1))
     optimizer = optimiser.make_optimizer(polished)
-    step = optimiser.make_step(loss_fn, optimizer)
+    curvature_fn = routes.route("none").curvature_fn(polished, placed.spec)
+    step = optimiser.make_step(loss_fn, optimizer, curvature_fn)
     state = jax.eval_shape(partial(optimiser.init_state, optimizer=optimizer), params)
     programs = {
         "loss": lambda: jax.jit(value).lower(params, inputs),
         "value_and_grad": lambda: jax.jit(jax.value_and_grad(value)).lower(params, inputs),
         "hvp": lambda: jax.jit(hvp).lower(params, params, inputs),
+        "gauss_newton": lambda: jax.jit(gauss_newton).lower(params, params, inputs),
         "gradient_step": lambda: step.lower(state, inputs),
         "polish_step": lambda: step.jitted.lower(optimiser.polish_form(state, optimizer), inputs),
     }
@@ -171,7 +185,11 @@ def main(argv=None) -> dict:
         rfi_groups=model.info["rfi_groups"],
     )  # fmt: skip
     record["sky"] = sky_modes(meta, model_config, geometry, options.groups)
-    record["pieces"] = measure_pieces(model, run_config.fit_config(config), options.pieces)
+    fit_config = run_config.fit_config(config)
+    if options.curvature is not None:
+        fit_config = dataclasses.replace(fit_config, polish_curvature=options.curvature)
+    record["polish_curvature"] = fit_config.polish_curvature
+    record["pieces"] = measure_pieces(model, fit_config, options.pieces)
 
     print(f"{'piece':>15} {'arguments GB':>13} {'temporaries GB':>15} {'cubes':>7} {'params':>7}")
     for name, piece in record["pieces"].items():

@@ -517,3 +517,49 @@ def test_a_checkpoint_from_before_the_sky_groups_resumes_with_one_group(tmp_path
         np.testing.assert_array_equal(got, want)
     with pytest.raises(ValueError, match=r"one array for every baseline.*sky.groups set to 1"):
         optimiser.load_checkpoint(tmp_path, _sky_state(2, optimizer))
+
+
+def _rosenbrock(x, _):
+    """Rosenbrock's valley as least squares: residuals (x0 - 1, 10 (x1 - x0^2)), minimum 0 at
+    (1, 1)."""
+    residual = jnp.stack([x[0] - 1.0, 10.0 * (x[1] - x[0] ** 2)])
+    value = 0.5 * jnp.sum(residual**2)
+    return value, {"chi2": value}
+
+
+@pytest.mark.usefixtures("x64")
+@pytest.mark.parametrize("polish", ["newton", "trust-region"])
+def test_gauss_newton_polish_takes_the_products_it_is_given_and_reaches_the_minimum(polish):
+    """With polish_curvature gauss-newton the conjugate gradients multiply by the curvature_fn
+    make_step is given (here J' J v with the residuals' Jacobian written out), and Gauss-Newton
+    steps from (-1.2, 1) reach Rosenbrock's minimum; without a curvature_fn the step is refused
+    with what to pass."""
+    traced = []
+
+    def gauss_newton(x, v, _):
+        traced.append(True)
+        jacobian = jnp.array([[1.0, 0.0], [-20.0 * x[0], 10.0]])
+        return jacobian.T @ (jacobian @ v)
+
+    config = _fit_config(
+        steps=0, polish=polish, polish_steps=1, polish_cg_steps=4, polish_curvature="gauss-newton"
+    )
+    optimizer = optimiser.make_optimizer(config)
+    step = optimiser.make_step(_rosenbrock, optimizer, gauss_newton)
+    state = optimiser.init_state(jnp.array([-1.2, 1.0]), optimizer)
+    for _ in range(40):
+        state, loss, _ = step(state, None)
+        if float(loss) > 0:  # at the minimum the gradient, hence every direction, is zero
+            assert not bool(state.opt_state.polish.negative_curvature)  # J' J never bends
+    assert traced
+    # Measured: (1, 1) to 0 (the last steps are Newton's on a zero residual).
+    np.testing.assert_allclose(np.asarray(state.params), [1.0, 1.0], atol=1e-12)
+
+    bare = optimiser.make_step(_rosenbrock, optimizer)
+    with pytest.raises(ValueError, match=r"gauss-newton' needs the model's Gauss-Newton product"):
+        bare(optimiser.init_state(jnp.array([-1.2, 1.0]), optimizer), None)
+
+
+def test_unknown_polish_curvature_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match=r"polish_curvature 'exact' is not known.*gauss-newton"):
+        _fit_config(polish_curvature="exact")

@@ -103,6 +103,7 @@ SCHEMA = Section(
                     "polish_steps",
                     "polish_memory",
                     "polish_cg_steps",
+                    "polish_curvature",
                     "polish_tolerance",
                     "checkpoint_every",
                     "stop_tolerance",

@@ -327,7 +327,10 @@ def _optimise(route: routes.Route, placed, config: dict, out_dir: Path, resume, 
         logger.info("resuming at step %d", int(state.step))
     # The gradient phases and the polish are two programs, each holding its own optimiser
     # state; both compile now, so that the memory reported is the larger one's.
-    step, programs = optimiser.compile_step(optimiser.make_step(loss_fn, optimizer), state, inputs)
+    curvature_fn = route.curvature_fn(fit_cfg, placed.spec)
+    step, programs = optimiser.compile_step(
+        optimiser.make_step(loss_fn, optimizer, curvature_fn), state, inputs
+    )
     phases = {name: memory.stage_memory(program) for name, program in programs.items()}
     # Before the first step: the polish's program would otherwise fail only as it begins.
     memory.check_programs_fit(phases, routes.agreed_device_memory(routes.devices(placed.spec)))

@@ -49,6 +49,8 @@ logger = logging.getLogger(__name__)
 
 OPTIMIZERS = ("adabelief", "adam", "sgd")
 POLISHES = ("lbfgs", "newton", "trust-region")
+#: What the Newton polishes' conjugate gradients multiply by (``FitConfig.polish_curvature``).
+CURVATURES = ("hessian", "gauss-newton")
 CHECKPOINT_NAME = "checkpoint.npz"
 
 
@@ -88,6 +90,10 @@ class FitConfig:
         copies of the parameters per step.
       polish_cg_steps: conjugate-gradient iterations (Hessian-vector products) per Newton
         step.
+      polish_curvature: one of ``CURVATURES``, the curvature a Newton polish's conjugate
+        gradients take: the loss's Hessian (forward over reverse), or its Gauss-Newton part
+        (``joint.gauss_newton``: the model's tangent, then its cotangent), which leaves out
+        the residuals' curvature and is never indefinite.
       checkpoint_every: write a checkpoint every this many steps (0 for never).
       stop_tolerance: stop before the ceiling ``total_steps`` once the loss has fallen by less
         than this fraction of itself over the last ``stop_window`` steps (0: never stop early).
@@ -162,7 +168,20 @@ class FitConfig:
         400, "conjugate-gradient iterations per Newton step (polish: newton or trust-region)", min=1
     )
 
+    polish_curvature: str = option_field(
+        "hessian",
+        "what a newton or trust-region polish's conjugate gradients multiply by: hessian "
+        "(the loss's, forward over reverse) or gauss-newton (without the residuals' "
+        "curvature: the model's tangent, then its cotangent)",
+        choices=CURVATURES,
+    )
+
     def __post_init__(self):
+        if self.polish_curvature not in CURVATURES:
+            raise ValueError(
+                f"polish_curvature {self.polish_curvature!r} is not known; choose one of "
+                f"{CURVATURES}"
+            )
         if self.polish not in POLISHES:
             raise ValueError(f"polish {self.polish!r} is not known; choose one of {POLISHES}")
         # The phases left unset follow the first phase's length, so that a shorter (or
@@ -223,10 +242,11 @@ def make_optimizer(config: FitConfig) -> optax.GradientTransformation:
     if config.polish_steps == 0:
         return first
     switch = config.polish_start
+    gauss_newton = config.polish_curvature == "gauss-newton"
     if config.polish == "newton":
-        return phased(first, switch, newton_cg(config.polish_cg_steps))
+        return phased(first, switch, newton_cg(config.polish_cg_steps, gauss_newton))
     if config.polish == "trust-region":
-        return phased(first, switch, newton_trust_region(config.polish_cg_steps))
+        return phased(first, switch, newton_trust_region(config.polish_cg_steps, gauss_newton))
     return then_lbfgs(first, switch, config.polish_memory)
 
 
@@ -270,7 +290,9 @@ def phased(
 
     The update takes optax's extra arguments ``value``, ``grad`` and ``value_fn`` (the loss at
     ``params``, its gradient, and the loss as a function of the parameters), which the
-    polish's line search (and Newton's Hessian) needs; ``make_step`` passes them. The state
+    polish's line search (and Newton's Hessian) needs, and ``curvature_fn`` (v -> the
+    Gauss-Newton product at ``params``, or None), which it passes on; ``make_step`` passes
+    them. The state
     holds one phase's state at a time (``PhasedState``), and which one fixes, when the step
     is traced, which phase's update runs: ``enter_polish`` replaces the first's with the
     polish's once ``switch`` updates have been taken (``make_step``'s step does so itself).
@@ -290,7 +312,7 @@ def phased(
             out, inner = first.update(updates, state.first, params)
             return out, PhasedState(state.count + 1, inner, None)
         out, inner = polish.update(
-            updates, state.polish, params, value=value, grad=grad, value_fn=value_fn
+            updates, state.polish, params, value=value, grad=grad, value_fn=value_fn, **extra
         )
         # The state keeps its types from one step to the next: some optax versions' update
         # returns a counter of another integer width than their init made (int32 against
@@ -380,7 +402,21 @@ def _axpy(alpha, x, y):
     return jax.tree.map(lambda u, v: (alpha * u + v).astype(v.dtype), x, y)
 
 
-def newton_cg(cg_steps: int) -> optax.GradientTransformationExtraArgs:
+def _curvature_product(gauss_newton: bool, value_fn, params, curvature_fn):
+    """v -> the curvature's product with v at ``params``: the Hessian's (forward over reverse
+    on ``value_fn``), or with ``gauss_newton`` ``curvature_fn``'s."""
+    if gauss_newton:
+        if curvature_fn is None:
+            raise ValueError(
+                "polish_curvature 'gauss-newton' needs the model's Gauss-Newton product: pass "
+                "make_step(..., curvature_fn=...) (joint.gauss_newton, or the route's)"
+            )
+        return curvature_fn
+    gradient_of = jax.grad(value_fn)
+    return lambda v: jax.jvp(gradient_of, (params,), (v,))[1]
+
+
+def newton_cg(cg_steps: int, gauss_newton: bool = False) -> optax.GradientTransformationExtraArgs:
     """Newton's method by truncated conjugate gradients (Nocedal & Wright 2006, algorithm 7.1).
 
     Each update solves H d = -g for the loss's Hessian H at ``params`` (Hessian-vector
@@ -392,19 +428,21 @@ def newton_cg(cg_steps: int) -> optax.GradientTransformationExtraArgs:
     ``_ARMIJO`` of the decrease the gradient predicts, and takes no step if none does. The
     update needs ``value`` (the loss at ``params``), ``grad`` and ``value_fn``, as
     ``make_step`` passes them; it holds no history of past steps, and its working vectors
-    (four parameter-shaped) live only within the step.
+    (four parameter-shaped) live only within the step. With ``gauss_newton`` the products are
+    ``curvature_fn``'s (the Gauss-Newton part of the Hessian), which ``make_step`` passes too.
     """
 
     def init(params):
         del params
         return NewtonState(jnp.ones((), jnp.float32), jnp.zeros((), bool), jnp.zeros((), jnp.int32))
 
-    def update(updates, state, params=None, *, value=None, grad=None, value_fn=None, **extra):
+    def update(
+        updates, state, params=None, *, value=None, grad=None, value_fn=None, curvature_fn=None,
+        **extra,
+    ):  # fmt: skip
         del updates, state, extra
         gradient_of = jax.grad(value_fn)
-
-        def hvp(v):
-            return jax.jvp(gradient_of, (params,), (v,))[1]
+        hvp = _curvature_product(gauss_newton, value_fn, params, curvature_fn)
 
         def going(carry):
             k, *_, stop = carry
@@ -493,7 +531,9 @@ def _to_boundary(pp, dp, dd, radius):
     return (jnp.sqrt(disc) - dp) / jnp.where(pp > 0, pp, 1.0)
 
 
-def newton_trust_region(cg_steps: int) -> optax.GradientTransformationExtraArgs:
+def newton_trust_region(
+    cg_steps: int, gauss_newton: bool = False
+) -> optax.GradientTransformationExtraArgs:
     """Newton's method in a trust region, the steps by Steihaug's truncated conjugate
     gradients (Nocedal & Wright 2006, algorithms 7.2 and 4.1).
 
@@ -507,7 +547,8 @@ def newton_trust_region(cg_steps: int) -> optax.GradientTransformationExtraArgs:
     by more than three quarters on a step to the radius the radius doubles. A step that
     lowers the loss by less than ``_ARMIJO`` of the prediction is halved as ``newton_cg``'s
     (no Hessian-vector product is spent again) and the radius set to what was taken. The
-    first step has no radius, and is ``newton_cg``'s; its length sets the first radius.
+    first step has no radius, and is ``newton_cg``'s; its length sets the first radius. With
+    ``gauss_newton`` the products are ``curvature_fn``'s, as ``newton_cg``'s.
     """
 
     def init(params):
@@ -517,15 +558,16 @@ def newton_trust_region(cg_steps: int) -> optax.GradientTransformationExtraArgs:
             jnp.full((), jnp.inf, jnp.float32),
         )  # fmt: skip
 
-    def update(updates, state, params=None, *, value=None, grad=None, value_fn=None, **extra):
+    def update(
+        updates, state, params=None, *, value=None, grad=None, value_fn=None, curvature_fn=None,
+        **extra,
+    ):  # fmt: skip
         del updates, extra
         gradient_of = jax.grad(value_fn)
         real = jax.tree.leaves(grad)[0].dtype
         radius = state.radius.astype(real)
         bounded = jnp.isfinite(radius)
-
-        def hvp(v):
-            return jax.jvp(gradient_of, (params,), (v,))[1]
+        hvp = _curvature_product(gauss_newton, value_fn, params, curvature_fn)
 
         def going(carry):
             k, *_, stop, _ = carry
@@ -664,12 +706,16 @@ def init_state(params, optimizer: optax.GradientTransformation) -> FitState:
     return FitState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
 
 
-def make_step(loss_fn: Callable, optimizer: optax.GradientTransformation) -> Callable:
+def make_step(
+    loss_fn: Callable, optimizer: optax.GradientTransformation, curvature_fn: Callable | None = None
+) -> Callable:
     """A jitted ``step(state, inputs) -> (state, loss, aux)`` that donates ``state``.
 
     ``loss`` and ``aux`` are evaluated at the parameters *before* the update. With a phased
     optimiser (``phased``) the step is a ``PhasedStep``: one program for the gradient phases
-    and one for the polish, which it enters itself (``enter_polish``).
+    and one for the polish, which it enters itself (``enter_polish``). curvature_fn(params,
+    v, inputs): the loss's Gauss-Newton product (``joint.gauss_newton`` over the route's
+    predict), for a polish with ``polish_curvature: gauss-newton``.
     """
 
     def step(state: FitState, inputs):
@@ -677,6 +723,8 @@ def make_step(loss_fn: Callable, optimizer: optax.GradientTransformation) -> Cal
         extra = {}
         if isinstance(state.opt_state, PhasedState):  # the line search evaluates the loss
             extra = {"value": loss, "grad": grads, "value_fn": lambda p: loss_fn(p, inputs)[0]}
+            if curvature_fn is not None:
+                extra["curvature_fn"] = lambda v: curvature_fn(state.params, v, inputs)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params, **extra)
         params = optax.apply_updates(state.params, updates)
         return FitState(params, opt_state, state.step + 1), loss, aux

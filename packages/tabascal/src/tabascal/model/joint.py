@@ -218,14 +218,47 @@ def loss(params: ModelParams, inputs: tuple[ModelConstants, Data], spec, predict
     constants, data = inputs
     model = predict(params, constants, spec).model
     nll = likelihood.neg_log_likelihood(model, data.vis, data.flags, data.noise)
-    priors = (
-        sky.prior(params.sky),
-        rfi_signal.prior(params.rfi),
-        gains.prior(params.gains),
-        orbit_corrections.prior(params.orbits),
-    )
-    value = likelihood.loss(nll, priors, data.n_points)
+    value = likelihood.loss(nll, (_prior(params),), data.n_points)
     return value, {"chi2": nll / data.n_points.astype(nll.dtype)}
+
+
+def _prior(params: ModelParams) -> jax.Array:
+    return (
+        sky.prior(params.sky)
+        + rfi_signal.prior(params.rfi)
+        + gains.prior(params.gains)
+        + orbit_corrections.prior(params.orbits)
+    )
+
+
+def gauss_newton(
+    params: ModelParams, tangent: ModelParams, inputs, spec, predict=predict
+) -> ModelParams:
+    """The Gauss-Newton product of ``loss`` at ``params`` with ``tangent``: (J' W J v + P v) / N.
+
+    J is the model's Jacobian (``predict(...).model`` over the parameters), W the likelihood's
+    Hessian over the model (1 / noise^2 in every unflagged cell, 0 in flagged ones), P the
+    priors' Hessian and N the data's points: the loss's Hessian without the residuals'
+    curvature (sum over cells of the residual times the model's second derivative), which
+    vanishes where the model meets the data. It is never indefinite. Taken as the model's
+    tangent, W on it, then the model's cotangent (a forward pass, then a forward and a reverse
+    one): no forward over reverse, whose tangents of the reverse pass's intermediates hold
+    the most memory of a Hessian-vector product.
+    """
+    constants, data = inputs
+
+    def model(p):
+        return predict(p, constants, spec).model
+
+    def nll(m):
+        return likelihood.neg_log_likelihood(m, data.vis, data.flags, data.noise)
+
+    m, u = jax.jvp(model, (params,), (tangent,))
+    weighted = jax.jvp(jax.grad(nll), (m,), (u,))[1]
+    pulled = jax.vjp(model, params)[1](weighted)[0]
+    curved = jax.jvp(jax.grad(_prior), (params,), (tangent,))[1]
+    n = data.n_points
+    return jax.tree.map(lambda a, b: (a + b) / n.astype(a.dtype), pulled, curved)
 
 
 def _fov_radius_rad(config: ModelConfig, meta) -> float:

@@ -72,6 +72,18 @@ class Route:
     def reuse_plan(self) -> bool:
         return self.name == "reuse"
 
+    @property
+    def gauss_newton(self) -> Callable[..., Any]:
+        """``joint.gauss_newton`` over this route's predict: (params, tangent, inputs, spec)."""
+        return partial(joint.gauss_newton, predict=self.predict)
+
+    def curvature_fn(self, fit_config, spec) -> Callable[..., Any] | None:
+        """The Gauss-Newton product for ``optimiser.make_step`` where ``fit_config``'s polish
+        takes it (``polish_curvature: gauss-newton``), else None."""
+        if fit_config.polish_curvature != "gauss-newton":
+            return None
+        return partial(self.gauss_newton, spec=spec)
+
 
 def devices(spec) -> list:
     """The devices a placed model's ``spec`` runs on: its mesh's, or the first device."""

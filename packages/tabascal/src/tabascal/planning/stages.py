@@ -209,7 +209,7 @@ def compile_stages(
     state = optimiser.FitState(params, opt_state, jax.ShapeDtypeStruct((), np.int32))
     inputs = (constants, data)
     stage("diagnostics", jax.jit(diagnostics), (params, inputs), extra=opt_state)
-    step = optimiser.make_step(loss_fn, optimizer)
+    step = optimiser.make_step(loss_fn, optimizer, r.curvature_fn(fit_config, spec))
     stage("step", step, (state, inputs), extra=opt_state)
     if isinstance(step, optimiser.PhasedStep):
         # The polish's own program: its state in place of the gradient phases', which is
