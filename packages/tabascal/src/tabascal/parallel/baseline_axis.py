@@ -1,11 +1,13 @@
 """The joint model sharded along the baseline axis over a 1-D device mesh ("bl").
 
-Device d owns rows [d B, (d + 1) B) of the data (``tabascal_partition.ownership``, no
-reordering); the baseline axis is padded to n_dev B rows. Padded rows are flagged, with vis 0,
+Device d owns rows [d B, (d + 1) B) (``tabascal_partition.ownership``) of the rows in the spread
+order of each baseline's (RFI group, sky group) (``tabascal_partition.spread_order``, see
+``plan_rows``): every device holds its share of every group, each block in the data's order;
+the baseline axis is padded to n_dev B rows. Padded rows are flagged, with vis 0,
 noise 1, a1 = a2 = 0, sky parameters 0 and sky constants copied from row 0, so they add exactly
 nothing to the loss or its gradient.
 
-With ``reuse=True`` the rows are first permuted by the partition's antenna-reuse plan
+With ``reuse=True`` the rows are instead permuted by the partition's antenna-reuse plan
 (``tabascal_partition.antenna_reuse_plan``), so that each device's block touches few antennas:
 every per-baseline array (data, a1, a2, sky constants and parameters, RFI group membership) is
 taken in the plan's packed order, each device numbers its antennas compactly (its table of
@@ -360,20 +362,21 @@ def plan_rows(
     Each baseline is labelled by its (RFI group, sky group), and every device is to hold its
     share of each label, since each group is padded to the most any device holds of it: without
     a reuse plan the rows go in ``tabascal_partition.spread_order`` of the labels, and the reuse
-    plan balances them (or the RFI groups alone, where that gives fewer antennas per device). In
-    the data's order the longest baselines, whose sky groups hold the
-    most modes, gather in the last devices' blocks: at bench-512 on 4 devices every device held
-    0.47 of the sky's modes and computed 1.52 B RFI rows for its B (spread: 0.250 and 1.000; the
-    reuse plan balancing the RFI groups alone held 0.272, with both 0.250)."""
+    plan balances them (or the RFI groups alone, where that gives fewer antennas per device).
+    In the data's order the longest baselines, whose sky groups hold the most modes, gather in
+    the last devices' blocks: at bench-512 on 4 devices every device held 0.47 of the sky's
+    modes and computed 1.52 B RFI rows for its B (spread: 0.250 and 1.000; the reuse plan
+    balancing the RFI groups alone held 0.272, with both 0.250)."""
     n_dev = mesh.size
     a1, a2 = np.asarray(constants.a1), np.asarray(constants.a2)
     labels = _group_labels(constants.groups, model_spec.n_bl)
     both = labels * len(constants.sky.groups) + sky_labels(constants.sky, model_spec.n_bl)
     reuse_plan, order = None, None
     if reuse:
+        by = (both, labels) if len(constants.sky.groups) > 1 else (labels,)
         plans = [
             tabascal_partition.antenna_reuse_plan(a1, a2, model_spec.n_ant, n_dev, groups)
-            for groups in (both, labels)
+            for groups in by
         ]
         # The fewest antennas per device first, the plan's purpose: on small arrays balancing
         # both labels can miss the narrowest design (8 stations on 4 devices: 6 antennas, not 5).
