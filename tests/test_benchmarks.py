@@ -248,7 +248,11 @@ def test_step_pieces_reports_each_piece_and_the_polish_without_the_gradient_stat
     assert done.returncode == 0, done.stderr[-3000:]
     (record,) = json.loads(out.read_text())
     pieces = record["pieces"]
-    assert set(pieces) == {"loss", "value_and_grad", "hvp", "gradient_step", "polish_step"}
+    assert set(pieces) == {
+        "loss", "value_and_grad", "hvp", "gauss_newton", "gradient_step", "polish_step"
+    }  # fmt: skip
+    assert record["polish_curvature"] == "hessian"  # the fit's own, without --curvature
+    assert pieces["gauss_newton"]["temporaries"] > 0
     # Beyond what the gradient reads (the parameters, the inputs), the gradient phases' step
     # takes AdaBelief's two moments of every parameter; beyond what a Hessian-vector product
     # reads (the same and the vector) the polish's step takes its scalars and the RFI groups'
