@@ -95,6 +95,14 @@ def _arguments(argv=None):
         help="fit.polish (default: the fit's own, trust-region): L-BFGS (its histories in "
         "the polish's state) or Newton's",
     )
+    parser.add_argument(
+        "--row-blocks",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="sharding.row_blocks values to measure on the baseline axis (blocks of baselines "
+        "per device taken in turn); at one device a value above 1 runs beside 'none'",
+    )
     parser.add_argument("--json", type=Path, default=None, help="output path (default results/)")
     return parser.parse_args(argv)
 
@@ -113,10 +121,17 @@ def _stage_record(report) -> dict:
 
 
 def measure(
-    model, axis: str, n_dev: int, fit_config, phase_cache: str = "auto", budget_mib=1024.0
+    model,
+    axis: str,
+    n_dev: int,
+    fit_config,
+    phase_cache: str = "auto",
+    budget_mib=1024.0,
+    row_blocks: int = 1,
 ) -> dict:
-    """Place ``model`` (abstract) on ``axis`` over ``n_dev`` devices with ``rfi.phase_cache``
-    set to ``phase_cache`` within ``budget_mib`` per device and compile its stages."""
+    """Place ``model`` (abstract) on ``axis`` over ``n_dev`` devices, its baselines in
+    ``row_blocks`` blocks per device, with ``rfi.phase_cache`` set to ``phase_cache`` within
+    ``budget_mib`` per device and compile its stages."""
     import dataclasses
 
     import jax
@@ -132,7 +147,7 @@ def measure(
     route = routes.route(axis)
     mesh = route.make_mesh(n_dev)
     devices = jax.devices()[:1] if mesh is None else list(mesh.devices.flat)
-    placed = stages.place_abstract(model, axis, mesh)
+    placed = stages.place_abstract(model, axis, mesh, row_blocks)
     placed_bytes = stages.bytes_per_device((placed.constants, placed.data, placed.params), devices)
     placed_seconds = time.perf_counter() - start
     reports = stages.compile_stages(placed, axis, fit_config, devices)
@@ -155,15 +170,21 @@ def measure(
     return record
 
 
+def _axis_label(r: dict) -> str:
+    """The axis, with its blocks of rows per device where more than one ("baseline/4")."""
+    blocks = r.get("row_blocks", 1)
+    return r["axis"] if blocks == 1 else f"{r['axis']}/{blocks}"
+
+
 def _table_line(r: dict, reference: dict | None) -> str:
     if "error" in r:
-        return f"{r['axis']:>8} {r['devices']:>3} {r['phase_cache_mode']:>7}  {r['error']}"
+        return f"{_axis_label(r):>11} {r['devices']:>3} {r['phase_cache_mode']:>7}  {r['error']}"
     peak = max(r["peak_bytes"])
     ratio = f"{peak / max(reference['peak_bytes']):.3f}" if reference else "-"
     step = r["stages"]["step"]
     kept = r["phase_cache"]["kept_mib_per_device"] / 1024
     return (
-        f"{r['axis']:>8} {r['devices']:>3} {r['phase_cache_mode']:>7} {kept:>8.3f} "
+        f"{_axis_label(r):>11} {r['devices']:>3} {r['phase_cache_mode']:>7} {kept:>8.3f} "
         f"{_common.gb(max(r['placed_bytes'])):>9} "
         f"{_common.gb(step['working_set']):>9} {_common.gb(peak):>9} {r['peak_stage']:>12} "
         f"{ratio:>7} {r['seconds_compile']:8.1f}"
@@ -206,16 +227,23 @@ def main(argv=None) -> list[dict]:
                 f"(model from metadata in {seconds_model:.0f} s)"
             )
             print(
-                f"{'axis':>8} {'dev':>3} {'moments':>7} {'kept GB':>8} {'placed':>9} "
+                f"{'axis':>11} {'dev':>3} {'moments':>7} {'kept GB':>8} {'placed':>9} "
                 f"{'step ws':>9} {'peak GB':>9} "
                 f"{'peak stage':>12} {'ratio':>7} {'compile':>8}"
             )
             reference = None
             for n_dev in options.devices:
-                for axis in options.axes:
+                cases = [
+                    (name, k)
+                    for name in options.axes
+                    for k in (options.row_blocks if name == "baseline" else [1])
+                ]
+                for axis, blocks in cases:
                     # One device: the sharded axes are the plain model on a mesh of one; with
-                    # "none" asked for too, that one stands for them all.
-                    if (axis == "none") != (n_dev == 1) and "none" in options.axes:
+                    # "none" asked for too, that one stands for them all (but blocks of rows
+                    # taken in turn make another program).
+                    one = (axis == "none") != (n_dev == 1) and "none" in options.axes
+                    if one and blocks == 1:
                         continue
                     for phase_cache in options.phase_cache:
                         record = {
@@ -225,6 +253,7 @@ def main(argv=None) -> list[dict]:
                             "rfi": rfi,
                             "axis": axis,
                             "devices": n_dev,
+                            "row_blocks": blocks,
                             "phase_cache_mode": phase_cache,
                             "polish": fit_config.polish,
                             "cpu_scheduler": options.cpu_scheduler,
@@ -240,7 +269,7 @@ def main(argv=None) -> list[dict]:
                         try:
                             budget = options.phase_cache_mb
                             record.update(
-                                measure(model, axis, n_dev, fit_config, phase_cache, budget)
+                                measure(model, axis, n_dev, fit_config, phase_cache, budget, blocks)
                             )
                         except ValueError as error:  # e.g. a plan a device count cannot take
                             record["error"] = f"{type(error).__name__}: {error}"

@@ -84,7 +84,13 @@ def _summary_lines(summary: dict) -> list[str]:
         f"  reduced chi-squared   {summary['chi2_init']:#.4g} -> {summary['chi2_final']:#.4g}",
         f"  steps                 {summary['steps']} in {summary['seconds_fit']:.1f} s",
         f"  devices               {summary['n_devices']} (shard axis {summary['shard_axis']}"
-        + (", antenna-reuse plan)" if summary.get("reuse_plan") else ")"),
+        + (", antenna-reuse plan" if summary.get("reuse_plan") else "")
+        + (
+            f", {summary['model']['row_blocks']} blocks of rows each"
+            if summary["model"].get("row_blocks")
+            else ""
+        )
+        + ")",
         "  peak memory / device  " + ", ".join(f"{g:.3f} GiB" for g in gib),
     ]
     if summary.get("collectives"):
@@ -277,6 +283,8 @@ def _run(args: argparse.Namespace) -> int:
         config = _apply_flags(_load_config(args.config), args)
         axis = run_config.shard_axis(args.shard_axis, config)
         reuse = run_config.reuse_plan(args.reuse_plan, config, axis)
+        blocks = run_config.row_blocks(args.row_blocks, config, axis, reuse)
+        config["sharding"]["row_blocks"] = blocks
         summary = job.run(
             _source(args.data, config, allow_missing=args.allow_missing),
             Path(args.output),
@@ -303,6 +311,12 @@ def _add_common(parser) -> None:
         "--devices", type=int, help="on a CPU-only machine, run on N virtual CPU devices"
     )
     parser.add_argument("--precision", choices=("single", "double"), help="float precision")
+    parser.add_argument(
+        "--row-blocks",
+        type=int,
+        help="with the baseline axis: take each device's baselines in N blocks in turn, "
+        "dividing the step's visibility-shaped memory (overrides sharding.row_blocks)",
+    )
 
 
 def add_run(subparsers) -> None:
@@ -379,7 +393,9 @@ def _plan(args: argparse.Namespace) -> int:
     try:
         config = _apply_flags(_load_config(args.config), args)
         axis = run_config.shard_axis(None, config)
-        route = routes.route(axis, run_config.reuse_plan(None, config, axis))
+        reuse = run_config.reuse_plan(None, config, axis)
+        route = routes.route(axis, reuse)
+        blocks = run_config.row_blocks(args.row_blocks, config, axis, reuse)
         with job.precision_scope(config):
             placed, reports = stages.plan_stages(
                 _source(args.data, config),
@@ -388,6 +404,7 @@ def _plan(args: argparse.Namespace) -> int:
                 route,
                 init=config["fit"]["init"],
                 seed=config["fit"]["seed"],
+                row_blocks=blocks,
             )
     except TabascalError as err:
         print(f"tabascal plan: error: {err}", file=sys.stderr)

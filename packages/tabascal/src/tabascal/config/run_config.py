@@ -181,6 +181,15 @@ SCHEMA = Section(
                     "baseline axis only: permute the baselines by the "
                     "antenna-reuse plan, so that each device touches few antennas",
                 ),
+                "row_blocks": Option(
+                    int,
+                    1,
+                    "baseline axis only: each device's baselines as this many blocks taken in "
+                    "turn, so that the loss and its derivatives hold one block's "
+                    "visibility-shaped temporaries (for one more forward pass per derivative); "
+                    "not with reuse_plan",
+                    min=1,
+                ),
             },
         ),
     },
@@ -266,3 +275,25 @@ def reuse_plan(cli_value: bool | None, config: dict, axis: str) -> bool:
             "plan permutes baselines, so it needs the baseline axis (--shard-axis baseline)"
         )
     return bool(value)
+
+
+def row_blocks(cli_value: int | None, config: dict, axis: str, reuse: bool) -> int:
+    """Blocks of baselines per device: the command line wins, then ``sharding.row_blocks``.
+    More than one needs the baseline axis without the reuse plan."""
+    source, value = "--row-blocks", cli_value
+    if value is None:
+        source, value = "config key 'sharding.row_blocks'", config["sharding"]["row_blocks"]
+    if value < 1:
+        raise ConfigError(f"{source} = {value}; give a whole number of blocks, 1 or more")
+    if value > 1 and axis != "baseline":
+        raise ConfigError(
+            f"{source} = {value} splits each device's baselines into blocks, which needs the "
+            f"baseline axis, not {axis!r}: pass --shard-axis baseline (on one device the model "
+            "is placed on that device alone)"
+        )
+    if value > 1 and reuse:
+        raise ConfigError(
+            f"{source} = {value} with the antenna-reuse plan: the plan's antenna tables are per "
+            "device, not per block; drop --reuse-plan or set row_blocks to 1"
+        )
+    return int(value)

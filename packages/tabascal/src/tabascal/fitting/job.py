@@ -242,6 +242,7 @@ def run(
     if shard_axis not in routes.SHARD_AXES:
         raise ConfigError(f"shard axis {shard_axis!r} is not known; use none, baseline or source")
     route = routes.route(shard_axis, reuse_plan)
+    run_config.row_blocks(None, config, shard_axis, reuse_plan)
     source = obs if hasattr(obs, "read") else blockwise.MemoryRows(obs)
     # init "auto" is settled here, and config.yaml records the start the fit took.
     init = joint.resolve_init(
@@ -296,16 +297,23 @@ def _placed_model(route: routes.Route, source, config: dict, by_block: bool):
     process reads, or from the whole observation and then placed."""
     model_cfg = run_config.model_config(config)
     init, seed = config["fit"]["init"], config["fit"]["seed"]
+    row_blocks = config["sharding"]["row_blocks"]
     mesh = route.make_mesh()
     if by_block:
         built = blockwise.build(
-            source, model_cfg, mesh, init=init, seed=seed, reuse=route.reuse_plan
+            source,
+            model_cfg,
+            mesh,
+            init=init,
+            seed=seed,
+            reuse=route.reuse_plan,
+            row_blocks=row_blocks,
         )
         return routes.keep_phase_moments(route.name, built)
     model = joint.build(_whole_observation(source), model_cfg, init=init, seed=seed)
     # A sharded route's placement leaves the unsharded model's device arrays unreferenced, so
     # that device 0 holds only its own block during the fit.
-    return route.place(model, mesh)
+    return route.place(model, mesh, row_blocks=row_blocks)
 
 
 def _optimise(route: routes.Route, placed, config: dict, out_dir: Path, resume, progress):

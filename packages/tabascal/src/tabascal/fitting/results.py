@@ -45,7 +45,7 @@ class Block(NamedTuple):
 
 def blocks(spec) -> list[Block]:
     """The real rows of every device of a ``baseline_axis.ShardedSpec``, in mesh order."""
-    n_bl, B = spec.model.n_bl, spec.block_size
+    n_bl, B = spec.model.n_bl, spec.device_rows
     out = []
     for d in range(spec.n_dev):
         start, stop = min(d * B, n_bl), min((d + 1) * B, n_bl)

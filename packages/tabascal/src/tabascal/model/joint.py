@@ -218,8 +218,14 @@ def loss(params: ModelParams, inputs: tuple[ModelConstants, Data], spec, predict
     constants, data = inputs
     model = predict(params, constants, spec).model
     nll = likelihood.neg_log_likelihood(model, data.vis, data.flags, data.noise)
-    value = likelihood.loss(nll, (_prior(params),), data.n_points)
-    return value, {"chi2": nll / data.n_points.astype(nll.dtype)}
+    return posterior(nll, params, data.n_points)
+
+
+def posterior(nll: jax.Array, params: ModelParams, n_points) -> tuple[jax.Array, dict]:
+    """``loss``'s value and aux from the likelihood's -log L ``nll`` at ``params``: the
+    negative log posterior per point, and the reduced chi-squared."""
+    value = likelihood.loss(nll, (_prior(params),), n_points)
+    return value, {"chi2": nll / n_points.astype(nll.dtype)}
 
 
 def _prior(params: ModelParams) -> jax.Array:

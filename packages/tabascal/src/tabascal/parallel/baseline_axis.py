@@ -51,7 +51,7 @@ from jax.sharding import PartitionSpec as P
 
 import ri_kernels
 import tabascal_partition
-from tabascal.model import gains, joint, orbit_corrections, rfi_signal, rfi_vis, sky
+from tabascal.model import gains, joint, likelihood, orbit_corrections, rfi_signal, rfi_vis, sky
 
 AXIS = "bl"
 
@@ -119,6 +119,10 @@ class ShardedSpec:
     per-antenna factor (``signal_factor_by_device``), are placed per device, (n_dev,
     n_ant_total, ...) on ``P("bl")`` in each device's antenna numbering (``place_geometry``);
     False: replicated, (n_ant, ...) (see ``_geometry_by_device``).
+    row_blocks: each device's rows are this many blocks of B rows, planned as blocks of
+    ``row_blocks * n_dev`` devices would be (each holding its share of every group); ``loss``
+    then runs them in turn (``sharding.row_blocks``, see ``blocked_nll``). 1: one block per
+    device.
     """
 
     model: joint.ModelSpec
@@ -130,15 +134,27 @@ class ShardedSpec:
     device_geometry: bool = False
     order: np.ndarray | None = field(default=None, compare=False, repr=False)
     sky_slots: tuple[SkySlots, ...] | None = field(default=None, compare=False, repr=False)
+    row_blocks: int = 1
 
     @property
     def n_dev(self) -> int:
         return self.mesh.size
 
     @property
+    def n_blocks(self) -> int:
+        """Blocks of B rows: ``row_blocks`` per device, device d holding blocks [d row_blocks,
+        (d + 1) row_blocks)."""
+        return self.n_dev * self.row_blocks
+
+    @property
+    def device_rows(self) -> int:
+        """Rows each device holds: row_blocks * B."""
+        return self.row_blocks * self.block_size
+
+    @property
     def n_rows(self) -> int:
-        """Rows of every sharded visibility cube: n_dev * B (real rows first)."""
-        return self.n_dev * self.block_size
+        """Rows of every sharded visibility cube: n_blocks * B (real rows first)."""
+        return self.n_blocks * self.block_size
 
 
 @dataclass(frozen=True)
@@ -245,7 +261,7 @@ def with_sky_groups(placement: RowPlacement, sky_c: sky.SkyConstants) -> RowPlac
     """``placement`` with the slots of the whole model's sky groups (``plan_sky_slots``)."""
     spec = placement.spec
     group_rows = [np.asarray(group.rows) for group in sky_c.groups]
-    slots = plan_sky_slots(group_rows, placement.order, spec.n_dev, spec.block_size)
+    slots = plan_sky_slots(group_rows, placement.order, spec.n_blocks, spec.block_size)
     return placement._replace(spec=replace(spec, sky_slots=slots))
 
 
@@ -339,6 +355,18 @@ def _geometry_by_device(constants: joint.ModelConstants) -> bool:
     return constants.orbits is None
 
 
+def check_row_blocks(row_blocks: int, reuse: bool) -> None:
+    """Refuse a ``row_blocks`` the baseline axis cannot run, with what to do instead."""
+    if not isinstance(row_blocks, (int, np.integer)) or row_blocks < 1:
+        raise ValueError(f"row_blocks must be a whole number >= 1, not {row_blocks!r}")
+    if reuse and row_blocks > 1:
+        raise ValueError(
+            f"row_blocks {row_blocks} with the antenna-reuse plan: the plan's antenna tables are "
+            "per device, not per block of rows; drop the reuse plan (--reuse-plan off) or set "
+            "row_blocks to 1"
+        )
+
+
 class RowPlacement(NamedTuple):
     """Where every baseline row goes: the shard plan, the reuse plan (None without one) and
     ``order``, the data row behind each sharded row (None: the data's own order)."""
@@ -354,7 +382,12 @@ class RowPlacement(NamedTuple):
 
 
 def plan_rows(
-    model_spec: joint.ModelSpec, constants: joint.ModelConstants, mesh: Mesh, *, reuse: bool
+    model_spec: joint.ModelSpec,
+    constants: joint.ModelConstants,
+    mesh: Mesh,
+    *,
+    reuse: bool,
+    row_blocks: int = 1,
 ) -> RowPlacement:
     """The placement of a model's rows over ``mesh`` from its a1, a2, RFI groups and sky
     groups (``constants.sky``, the whole model's, on the host), with the sky's slots.
@@ -366,8 +399,13 @@ def plan_rows(
     In the data's order the longest baselines, whose sky groups hold the most modes, gather in
     the last devices' blocks: at bench-512 on 4 devices every device held 0.47 of the sky's
     modes and computed 1.52 B RFI rows for its B (spread: 0.250 and 1.000; the reuse plan
-    balancing the RFI groups alone held 0.272, with both 0.250)."""
-    n_dev = mesh.size
+    balancing the RFI groups alone held 0.272, with both 0.250).
+
+    row_blocks: the rows are planned in ``row_blocks`` blocks per device (``ShardedSpec``), each
+    holding its share of every label; refused with the reuse plan, whose antenna tables are
+    per device."""
+    check_row_blocks(row_blocks, reuse)
+    n_blocks = mesh.size * row_blocks
     a1, a2 = np.asarray(constants.a1), np.asarray(constants.a2)
     labels = _group_labels(constants.groups, model_spec.n_bl)
     both = labels * len(constants.sky.groups) + sky_labels(constants.sky, model_spec.n_bl)
@@ -375,24 +413,24 @@ def plan_rows(
     if reuse:
         by = (both, labels) if len(constants.sky.groups) > 1 else (labels,)
         plans = [
-            tabascal_partition.antenna_reuse_plan(a1, a2, model_spec.n_ant, n_dev, groups)
+            tabascal_partition.antenna_reuse_plan(a1, a2, model_spec.n_ant, n_blocks, groups)
             for groups in by
         ]
         # The fewest antennas per device first, the plan's purpose: on small arrays balancing
         # both labels can miss the narrowest design (8 stations on 4 devices: 6 antennas, not 5).
         reuse_plan = min(plans, key=lambda plan: plan.width)
     else:
-        order = tabascal_partition.spread_order(both, n_dev)
+        order = tabascal_partition.spread_order(both, n_blocks)
         if np.array_equal(order, np.arange(order.size)):
             order = None
     plan = tabascal_partition.plan_shards(
-        a1, a2, model_spec.n_ant, n_dev, groups=labels, reuse=reuse_plan, order=order
+        a1, a2, model_spec.n_ant, n_blocks, groups=labels, reuse=reuse_plan, order=order
     )
     antenna_ids = None if reuse_plan is None else _compact_antennas(plan)
     # Each device evaluates its share of the rows, so it takes its share of the operators'
     # working memory: their fine-grid blocks then divide over devices like the visibilities.
     rfi_config = model_spec.rfi_vis
-    rfi_config = replace(rfi_config, memory_budget_mb=rfi_config.memory_budget_mb / n_dev)
+    rfi_config = replace(rfi_config, memory_budget_mb=rfi_config.memory_budget_mb / mesh.size)
     model_spec = replace(model_spec, rfi_vis=rfi_config)
     spec = ShardedSpec(
         model_spec,
@@ -403,6 +441,7 @@ def plan_rows(
         reuse=reuse_plan,
         device_geometry=_geometry_by_device(constants),
         order=plan.order,
+        row_blocks=row_blocks,
     )
     return with_sky_groups(RowPlacement(spec, plan, reuse_plan, plan.order), constants.sky)
 
@@ -471,6 +510,8 @@ def placement_info(info: dict, placement: RowPlacement) -> dict:
         block_size=placement.plan.block_size,
         n_ghost=placement.plan.n_ghost,
     )
+    if placement.spec.row_blocks > 1:
+        info["row_blocks"] = placement.spec.row_blocks
     reuse_plan = placement.reuse_plan
     if reuse_plan is not None:
         info["reuse_plan"] = {
@@ -482,12 +523,15 @@ def placement_info(info: dict, placement: RowPlacement) -> dict:
     return info
 
 
-def shard_model(model: joint.Model, mesh: Mesh, *, reuse: bool = False) -> ShardedModel:
-    """Pad ``model``'s baseline axis to n_dev B rows and place every array on ``mesh``.
+def shard_model(
+    model: joint.Model, mesh: Mesh, *, reuse: bool = False, row_blocks: int = 1
+) -> ShardedModel:
+    """Pad ``model``'s baseline axis to n_blocks B rows and place every array on ``mesh``.
 
-    reuse: permute the baselines by the antenna-reuse plan first (see the module docstring).
+    reuse: permute the baselines by the antenna-reuse plan first (see the module docstring);
+    row_blocks: blocks of rows per device (``ShardedSpec``).
     """
-    placement = plan_rows(model.spec, model.constants, mesh, reuse=reuse)
+    placement = plan_rows(model.spec, model.constants, mesh, reuse=reuse, row_blocks=row_blocks)
 
     def rows(array, fill):
         return place_rows(array, fill, placement)
@@ -542,20 +586,18 @@ def _geometry_partition_spec(spec: ShardedSpec):
     return P(AXIS) if spec.device_geometry else P()
 
 
-def rfi_block(rfi_params, signal, phase, delay_us, freq_mhz, groups, spec: ShardedSpec):
-    """One device's RFI visibilities (B, n_freq, n_time); runs inside ``shard_map``.
+def device_signal(rfi_params, signal, phase, delay_us, spec: ShardedSpec):
+    """This device's RFI signal and geometry, in the map: (amp, factor, phase, delay_us), each
+    with an antenna axis of the device's antennas (with a reuse plan, its compact table).
 
     rfi_params, signal: the RFI signal's parameters and constants (``rfi_signal``; the shared
     signal's factor this device's block, (1, n_ant_total, ...), where it is placed per device),
     phase: (n_ant, n_src, n_freq, n_time), delay_us: (n_ant, n_src, n_time, n_path), all antennas
     (replicated), or with ``spec.device_geometry`` this device's block of them (1,
-    n_ant_total, ...); groups: this device's tables, indices and positions with a leading axis of 1
-    (antenna ids in the device's numbering: global, or compact with a reuse plan). The signal
-    is synthesised here for the device's antennas alone (with a reuse plan, its compact table),
-    so its fine-grid arrays and their cotangents scale with those antennas; the shared signal
-    is passed to the operators as its part shared by every antenna and the factor, whose
-    product they form per block (``rfi_signal.forward_parts``). The replicated parameters'
-    gradients are summed over devices by the map's transpose.
+    n_ant_total, ...). The signal is synthesised for the device's antennas alone, so its
+    fine-grid arrays and their cotangents scale with those antennas; the shared signal is
+    passed to the operators as its part shared by every antenna and the factor, whose product
+    they form per block (``rfi_signal.forward_parts``).
     """
     # Varying from the parameters on: every group's cotangent then accumulates on the device
     # and crosses devices once, as the modes' gradient, rather than once per group as a
@@ -569,6 +611,13 @@ def rfi_block(rfi_params, signal, phase, delay_us, freq_mhz, groups, spec: Shard
         )
     amp, factor = rfi_signal.forward_parts(device_params, device_signal)
     phase, delay_us = _device_geometry(phase, delay_us, spec)
+    return amp, factor, phase, delay_us
+
+
+def _rfi_rows(signal, freq_mhz, groups, spec: ShardedSpec) -> jax.Array:
+    """One block's RFI visibilities (B, n_freq, n_time) from ``device_signal``'s ``signal``;
+    groups: the block's tables, indices, positions and kept moments with a leading axis of 1."""
+    amp, factor, phase, delay_us = signal
     n_freq, n_time = amp.shape[2], amp.shape[3]
     block = jnp.zeros((spec.block_size + 1, n_freq, n_time), amp.dtype)
     for group_spec, tables in zip(spec.model.groups, groups, strict=True):
@@ -582,6 +631,69 @@ def rfi_block(rfi_params, signal, phase, delay_us, freq_mhz, groups, spec: Shard
         # Real positions are distinct; padded entries all add into the spare row B.
         block = block.at[tables.rows[0]].add(out)
     return block[: spec.block_size]
+
+
+def _block_parts(groups) -> tuple:
+    """The parts of the RFI groups' tables that differ between blocks of rows: indices,
+    positions and kept moments (one entry per block on their leading axis)."""
+    return tuple((t.indices, t.rows, t.moments) for t in groups)
+
+
+def _with_parts(groups, parts) -> tuple:
+    return tuple(
+        t._replace(indices=i, rows=r, moments=m) for t, (i, r, m) in zip(groups, parts, strict=True)
+    )
+
+
+def _sky_parts(constants: sky.SkyConstants) -> tuple:
+    """The sky constants' parts that differ between blocks (slots and rows)."""
+    groups = tuple((g.rows, g.weight_freq, g.weight_time) for g in constants.groups)
+    return groups, constants.scale, constants.mean
+
+
+def _with_sky_parts(constants: sky.SkyConstants, parts) -> sky.SkyConstants:
+    groups, scale, mean = parts
+    return sky.SkyConstants(
+        groups=tuple(
+            g._replace(rows=r, weight_freq=wf, weight_time=wt)
+            for g, (r, wf, wt) in zip(constants.groups, groups, strict=True)
+        ),
+        scale=scale,
+        mean=mean,
+    )
+
+
+def _in_blocks(tree, n: int):
+    """Each leaf's leading axis (n k, ...) as (n, k, ...): a device's arrays by block."""
+    return jax.tree.map(lambda x: x.reshape(n, x.shape[0] // n, *x.shape[1:]), tree)
+
+
+def _by_block(fn, parts, spec: ShardedSpec, *, remat: bool = False):
+    """fn(block's parts) over the device's ``spec.row_blocks`` blocks in turn (``lax.map``),
+    the outputs' block axis merged into their leading one; with one block, fn(parts). remat:
+    each block's work is recomputed in reverse mode (``jax.checkpoint``), so that derivatives
+    hold one block's intermediates at a time."""
+    n = spec.row_blocks
+    if n == 1:
+        return fn(parts)
+    out = jax.lax.map(jax.checkpoint(fn) if remat else fn, _in_blocks(parts, n))
+    return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), out)
+
+
+def rfi_block(rfi_params, signal, phase, delay_us, freq_mhz, groups, spec: ShardedSpec):
+    """One device's RFI visibilities (row_blocks B, n_freq, n_time); runs inside ``shard_map``.
+
+    The arguments as ``device_signal`` takes them, and groups: this device's tables, indices
+    and positions with a leading axis of row_blocks (antenna ids in the device's numbering:
+    global, or compact with a reuse plan). The blocks run in turn. The replicated parameters'
+    gradients are summed over devices by the map's transpose.
+    """
+    device = device_signal(rfi_params, signal, phase, delay_us, spec)
+
+    def block(parts):
+        return _rfi_rows(device, freq_mhz, _with_parts(groups, parts), spec)
+
+    return _by_block(block, _block_parts(groups), spec)
 
 
 def _group_partition_specs(groups):
@@ -601,23 +713,26 @@ def _group_partition_specs(groups):
 
 def keep_phase_moments(constants: joint.ModelConstants, spec: ShardedSpec, keep):
     """``constants`` with the phase moments of the groups ``keep`` marks formed once, each
-    device forming those of its own rows (a leading axis of 1 per device, on ``P("bl")``), from
-    the antennas ``rfi_block`` gives its operators."""
+    device forming those of its own rows (a leading axis of row_blocks per device, on
+    ``P("bl")``), from the antennas ``rfi_block`` gives its operators."""
     kept = [g for g, k in enumerate(keep) if k]
     if not kept:
         return constants
 
     def block(phase, delay_us, freq_mhz, groups):
         phase, delay_us = _device_geometry(phase, delay_us, spec)
-        out = []
-        for g in kept:
-            tables = groups[g]
-            local = tables._replace(indices=jax.tree.map(lambda x: x[0], tables.indices))
-            moments = rfi_vis.group_moments(
-                spec.model.groups[g], local, phase, delay_us, freq_mhz, spec.model.rfi_vis
-            )
-            out.append(moments[None])
-        return tuple(out)
+
+        def one(indices):
+            out = []
+            for g, index in zip(kept, indices, strict=True):
+                local = groups[g]._replace(indices=jax.tree.map(lambda x: x[0], index))
+                moments = rfi_vis.group_moments(
+                    spec.model.groups[g], local, phase, delay_us, freq_mhz, spec.model.rfi_vis
+                )
+                out.append(moments[None])
+            return tuple(out)
+
+        return _by_block(one, tuple(groups[g].indices for g in kept), spec)
 
     geometry = _geometry_partition_spec(spec)
     mapped = jax.jit(
@@ -682,11 +797,22 @@ def _sky_partition_specs(constants: sky.SkyConstants):
     return sky.SkyConstants(groups=(group,) * len(constants.groups), scale=P(AXIS), mean=P(AXIS))
 
 
+def _sky_rows(sky_params: sky.SkyParams, constants: sky.SkyConstants, spec: ShardedSpec):
+    """One device's sky visibilities (row_blocks B, n_freq, n_time), block by block; in the
+    map."""
+
+    def block(parts):
+        z, rows = parts
+        return sky.forward(sky.SkyParams(z), _with_sky_parts(constants, rows))
+
+    return _by_block(block, (sky_params.z, _sky_parts(constants)), spec)
+
+
 def predict_sky(sky_params: sky.SkyParams, constants: sky.SkyConstants, spec: ShardedSpec):
-    """Sky visibilities (n_dev B, n_freq, n_time) on ``P("bl")``: each device scatters its
-    groups' slots into its block (``sky.forward`` on the device's rows)."""
+    """Sky visibilities (n_blocks B, n_freq, n_time) on ``P("bl")``: each device scatters its
+    groups' slots into its blocks (``sky.forward`` on each block's rows)."""
     mapped = jax.shard_map(
-        sky.forward,
+        partial(_sky_rows, spec=spec),
         mesh=spec.mesh,
         in_specs=(
             sky.SkyParams((P(AXIS),) * len(constants.groups)),
@@ -707,9 +833,69 @@ def predict(params: joint.ModelParams, constants, spec: ShardedSpec) -> joint.Pr
     return joint.Prediction(v_sky, v_rfi, g, model)
 
 
-#: Sharded ``joint.loss``: (loss, {"chi2": reduced chi-squared}); inputs = (constants, data)
-#: of a ``ShardedModel``.
-loss = partial(joint.loss, predict=predict)
+def blocked_nll(params: joint.ModelParams, constants, data: joint.Data, spec: ShardedSpec):
+    """The likelihood's -log L (``likelihood.neg_log_likelihood``) summed block by block.
+
+    Each device synthesises its RFI signal and the gains once, then takes its row_blocks
+    blocks in turn (``lax.map``): each block's RFI, sky, gains and residuals, reduced to its
+    -log L, recomputed in reverse mode (``jax.checkpoint``). So the loss, its gradient and
+    Hessian-vector products hold one block's visibility-shaped intermediates at a time, not
+    the device's, for one more forward pass per derivative. The devices' sums are added.
+    """
+    if spec.device_geometry and params.orbits is not None:
+        raise ValueError(
+            "baseline_axis.blocked_nll: orbit corrections given for a model placed with fixed "
+            "orbits (its phase and delays are per device); place a model built with orbits.fit"
+        )
+    phase, delay_us = orbit_corrections.corrected(
+        params.orbits, constants.orbits, constants.phase, constants.delay_us, constants.freq_mhz
+    )
+    g = gains.forward(params.gains, constants.gains)
+
+    def device(rfi_params, signal, phase, delay_us, freq_mhz, groups, z, sky_c, g, rows):
+        rfi = device_signal(rfi_params, signal, phase, delay_us, spec)
+
+        def block(parts):
+            group_parts, z_b, sky_b, (a1, a2, vis, flags, noise) = parts
+            v_rfi = _rfi_rows(rfi, freq_mhz, _with_parts(groups, group_parts), spec)
+            v_sky = sky.forward(sky.SkyParams(z_b), _with_sky_parts(sky_c, sky_b))
+            model = gains.apply(v_sky + v_rfi, g, a1, a2)
+            return likelihood.neg_log_likelihood(model, vis, flags, noise)
+
+        parts = (_block_parts(groups), z, _sky_parts(sky_c), rows)
+        per_block = _by_block(lambda p: block(p)[None], parts, spec, remat=True)
+        return jax.lax.psum(jnp.sum(per_block), AXIS)
+
+    signal_specs = jax.tree.map(lambda _: P(), constants.rfi_signal)
+    if factor_per_device(constants.rfi_signal):
+        signal_specs = signal_specs._replace(factor=P(AXIS))
+    geometry = _geometry_partition_spec(spec)
+    rows = (constants.a1, constants.a2, data.vis, data.flags, data.noise)
+    args = {
+        "rfi_params": (params.rfi, P()),
+        "signal": (joint.corrected_signal(constants, params.orbits), signal_specs),
+        "phase": (phase, geometry),
+        "delay_us": (delay_us, geometry),
+        "freq_mhz": (constants.freq_mhz, P()),
+        "groups": (constants.groups, _group_partition_specs(constants.groups)),
+        "z": (params.sky.z, (P(AXIS),) * len(params.sky.z)),
+        "sky_c": (constants.sky, _sky_partition_specs(constants.sky)),
+        "g": (g, P()),
+        "rows": (rows, (P(AXIS),) * len(rows)),
+    }
+    in_specs = tuple(part for _, part in args.values())
+    mapped = jax.shard_map(device, mesh=spec.mesh, in_specs=in_specs, out_specs=P())
+    return mapped(*(value for value, _ in args.values()))
+
+
+def loss(params: joint.ModelParams, inputs, spec: ShardedSpec):
+    """Sharded ``joint.loss``: (loss, {"chi2": reduced chi-squared}); inputs = (constants,
+    data) of a ``ShardedModel``. With ``spec.row_blocks`` > 1 the likelihood is summed block by
+    block (``blocked_nll``)."""
+    if spec.row_blocks == 1:
+        return joint.loss(params, inputs, spec, predict=predict)
+    constants, data = inputs
+    return joint.posterior(blocked_nll(params, constants, data, spec), params, data.n_points)
 
 
 def data_order(rows, spec: ShardedSpec) -> np.ndarray:

@@ -260,12 +260,15 @@ def build(
     init: str = "data",
     seed: int = 0,
     reuse: bool = False,
+    row_blocks: int = 1,
 ) -> baseline_axis.ShardedModel:
     """The baseline-sharded model of ``source`` on ``mesh`` (see the module docstring).
 
     init: "data" or "prior" ("truth" needs the whole truth in one process: use
-    ``joint.build`` and ``baseline_axis.shard_model``).
+    ``joint.build`` and ``baseline_axis.shard_model``); row_blocks: blocks of rows per device
+    (``baseline_axis.ShardedSpec``).
     """
+    baseline_axis.check_row_blocks(row_blocks, reuse)
     if init not in ("data", "prior"):
         raise ConfigError(
             f"init {init!r}: a model built block by block starts from 'data' or 'prior'"
@@ -273,7 +276,8 @@ def build(
     meta = source.meta
     real = np.dtype(joint.PRECISIONS[config.precision])
     with processes.stage("reading this process's rows of the observation"):
-        blocks = _read_blocks(source, mesh, None, real)
+        read_rows = tabascal_partition.ownership(meta.n_bl, mesh.size).block_size
+        blocks = _read_blocks(source, mesh, None, real, read_rows)
         stats = _merge_processes(_block_stats(blocks))
     if stats.n_points == 0:
         raise likelihood.DataError("every visibility is flagged: there is nothing to fit")
@@ -292,12 +296,13 @@ def build(
         dtype=real,
     )
     placement = baseline_axis.plan_rows(
-        frame.spec, frame.constants._replace(sky=sky_host), mesh, reuse=reuse
+        frame.spec, frame.constants._replace(sky=sky_host), mesh, reuse=reuse, row_blocks=row_blocks
     )
-    if placement.order is not None:
+    device_rows = placement.spec.device_rows
+    if placement.order is not None or device_rows != read_rows:
         with processes.stage("reading this process's rows in the placement's order"):
-            blocks = _read_blocks(source, mesh, placement.order, real)
-    data = _placed_data(blocks, stats, mesh, placement.spec.block_size, real)
+            blocks = _read_blocks(source, mesh, placement.order, real, device_rows)
+    data = _placed_data(blocks, stats, mesh, device_rows, real)
     constants = baseline_axis.place_constants(frame.constants, placement)
     rfi_params = baseline_axis.replicate(frame.rfi, mesh)
     orbits = baseline_axis.replicate(frame.orbits, mesh)
@@ -342,12 +347,11 @@ def _searched_orbits(frame: joint.Frame, meta, blocks: dict[int, HostRows], mesh
     return frame._replace(orbits=orbit_corrections.init(c.orbits, offsets))
 
 
-def _read_blocks(source: RowSource, mesh, order, real) -> dict[int, HostRows]:
-    """{mesh position: its rows of ``source``} for this process's devices, in the data's
-    order or the permuted ``order``; a device with no rows gets an empty block."""
+def _read_blocks(source: RowSource, mesh, order, real, block_size: int) -> dict[int, HostRows]:
+    """{mesh position: its ``block_size`` rows of ``source``} for this process's devices, in
+    the data's order or the permuted ``order``; a device with no rows gets an empty block."""
     meta = source.meta
     cplx = np.result_type(real, np.complex64)
-    block_size = tabascal_partition.ownership(meta.n_bl, mesh.size).block_size
     out = {}
     for d in _local_devices(mesh):
         rows = _device_rows(d, block_size, meta.n_bl, order)

@@ -198,8 +198,18 @@ def _abstract_moments(placed, model_spec, keep):
 def _keeping_moments(name: str, place):
     """``place`` followed by ``keep_phase_moments``: every route's placement."""
 
-    def placed(model, mesh, *, abstract_moments: bool = False):
-        return keep_phase_moments(name, place(model, mesh), abstract=abstract_moments)
+    def placed(model, mesh, *, abstract_moments: bool = False, row_blocks: int = 1):
+        if row_blocks == 1:
+            model = place(model, mesh)
+        elif name == "baseline":
+            model = place(model, mesh, row_blocks=row_blocks)
+        else:
+            raise ConfigError(
+                f"sharding.row_blocks {row_blocks} needs the plain baseline axis (--shard-axis "
+                f"baseline, without the reuse plan), not route {name!r}; on one device, "
+                "--shard-axis baseline places the model on a mesh of that device alone"
+            )
+        return keep_phase_moments(name, model, abstract=abstract_moments)
 
     return placed
 

@@ -56,8 +56,9 @@ def _is_abstract(leaf) -> bool:
     return isinstance(leaf, jax.ShapeDtypeStruct)
 
 
-def place_abstract(model: joint.Model, axis: str, mesh):
-    """``routes.route(axis).place(model, mesh)`` for a model with abstract per-row arrays.
+def place_abstract(model: joint.Model, axis: str, mesh, row_blocks: int = 1):
+    """``routes.route(axis).place(model, mesh, row_blocks=...)`` for a model with abstract
+    per-row arrays.
 
     Returns the placed model whose abstract arrays are ``jax.ShapeDtypeStruct``s with the
     route's padded leading axis, the model's trailing axes, and the route's sharding; its real
@@ -83,7 +84,7 @@ def place_abstract(model: joint.Model, axis: str, mesh):
         )
         single = joint.Model(model.spec, *placed_parts, model.info)
         return routes.keep_phase_moments("none", single, abstract=True)
-    placed = routes.route(axis).place(standing, mesh, abstract_moments=True)
+    placed = routes.route(axis).place(standing, mesh, abstract_moments=True, row_blocks=row_blocks)
     abstract_paths = {
         path: leaf
         for path, leaf in jax.tree_util.tree_leaves_with_path(parts, is_leaf=_is_abstract)
@@ -230,14 +231,23 @@ def limiting_step(reports: list[StageReport]) -> StageReport:
     return max(steps, key=lambda r: r.memory.need)
 
 
-def plan_stages(source, model_config, fit_config, route, *, init: str = "data", seed: int = 0):
+def plan_stages(
+    source,
+    model_config,
+    fit_config,
+    route,
+    *,
+    init: str = "data",
+    seed: int = 0,
+    row_blocks: int = 1,
+):
     """The placed abstract model of ``source`` on ``route`` over every device, and the report
     of each stage (``compile_stages``), with no visibility held beyond one read's rows.
 
     source: a ``blockwise.RowSource``; its statistics are read a chunk of rows at a time
     (``blockwise.data_stats``) because they size the RFI operators' fine sampling, and hence
     the shapes. init: the fit's; the shapes do not depend on it, so the inits that need the
-    data or the truth are planned as "data".
+    data or the truth are planned as "data". row_blocks: ``sharding.row_blocks``.
     """
     stats = blockwise.data_stats(source)
     meta = source.meta
@@ -250,5 +260,5 @@ def plan_stages(source, model_config, fit_config, route, *, init: str = "data", 
         seed=seed,
         noise_per_channel=source.noise_per_channel,
     )
-    placed = place_abstract(abstract, route.name, route.make_mesh())
+    placed = place_abstract(abstract, route.name, route.make_mesh(), row_blocks)
     return placed, compile_stages(placed, route.name, fit_config, routes.devices(placed.spec))

@@ -1,0 +1,126 @@
+"""The baseline axis with its rows in blocks taken in turn (``sharding.row_blocks``) equals one
+device's model, on 1 to 3 virtual CPU devices.
+
+With row_blocks k on n devices the rows are planned as for k n devices (each block holding its
+share of every RFI and sky group, padded alike), every device holds k blocks, and the loss sums
+the likelihood block by block (``baseline_axis.blocked_nll``): a ``lax.map`` over the device's
+blocks of a rematerialised block. Its value, gradient and Hessian-vector products must equal
+one device's, and its derivatives must hold fewer visibility-shaped temporaries than one block
+per device does.
+"""
+
+import dataclasses
+from functools import partial
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from tabascal.config import run_config
+from tabascal.model import joint
+from tabascal.parallel import baseline_axis, routes
+from tabascal.store import read_observation
+
+# The hybrid route of test_sharding_baseline (quadrature t1 and an analytic group), cheap to
+# compile, with the sky's three groups (a field of 60 degrees).
+CONFIG = {
+    "precision": "double",
+    "rfi": {
+        "quadrature_limit": 8,
+        "max_groups": 2,
+        "segments": 1,
+        "terms": 3,
+        "cubic_terms": 1,
+        "sampling": "midpoint",
+    },
+    "sky": {"fov_radius_deg": 60.0},
+}
+# (devices, blocks per device): 28 baselines in 3 blocks of 10 (two padded rows), in 2 x 2 of
+# 7, and in 3 x 2 of 5 (two padded rows); every case pads some sky group's slots.
+CASES = [(1, 3), (2, 2), (3, 2)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _float64(double_precision):
+    """Every test here runs in float64."""
+
+
+@pytest.fixture(scope="module")
+def reference(small_store, double_precision):
+    """(model, loss, gradient, Hessian-vector product along ``_tangent``) of one device."""
+    obs = read_observation(small_store)
+    model = joint.build(obs, run_config.model_config(run_config.load(CONFIG)), init="prior")
+    inputs = (model.constants, model.data)
+
+    def value(p):
+        return joint.loss(p, inputs, model.spec)[0]
+
+    tangent = _tangent(model.params)
+    loss, grad = jax.jit(jax.value_and_grad(value))(model.params)
+    hvp = jax.jit(lambda p, v: jax.jvp(jax.grad(value), (p,), (v,))[1])(model.params, tangent)
+    return model, float(loss), *(jax.tree.map(np.asarray, t) for t in (grad, hvp))
+
+
+def _tangent(params):
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    keys = jax.random.split(jax.random.key(3), len(leaves))
+    return treedef.unflatten(
+        [jax.random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves, strict=True)]
+    )
+
+
+def _relative(a, b) -> float:
+    # Relative to the largest cell (as test_sharding_baseline: the cells are sums that cancel).
+    a, b = np.asarray(a), np.asarray(b)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
+
+
+def _worst(got, want) -> float:
+    pairs = zip(*map(jax.tree.leaves, (got, want)), strict=True)
+    return max(_relative(g, w) for g, w in pairs)
+
+
+def _placed(model, n_dev, row_blocks):
+    """The model placed by the baseline route with ``row_blocks``, its phase moments kept."""
+    route = routes.route("baseline")
+    return route.place(model, route.make_mesh(n_dev), row_blocks=row_blocks)
+
+
+@pytest.mark.parametrize(
+    ("n_dev", "row_blocks"), CASES, ids=[f"{n}dev-{k}blocks" for n, k in CASES]
+)
+def test_blocked_loss_gradient_and_hvp_equal_one_device(reference, n_dev, row_blocks):
+    model, ref_loss, ref_grad, ref_hvp = reference
+    sharded = _placed(model, n_dev, row_blocks)
+    spec = sharded.spec
+    inputs = (sharded.constants, sharded.data)
+    # Placed as the parameters are: the model with the tangent for its parameters.
+    along = dataclasses.replace(model, params=_tangent(model.params))
+    tangent = baseline_axis.shard_model(along, spec.mesh, row_blocks=row_blocks).params
+
+    def value(p):
+        return baseline_axis.loss(p, inputs, spec)[0]
+
+    loss, grad = jax.jit(jax.value_and_grad(value))(sharded.params)
+    hvp = jax.jit(lambda p, v: jax.jvp(jax.grad(value), (p,), (v,))[1])(sharded.params, tangent)
+    grad, hvp = (baseline_axis.unpad_params(t, spec) for t in (grad, hvp))
+    apart = (abs(float(loss) / ref_loss - 1), _worst(grad, ref_grad), _worst(hvp, ref_hvp))
+    print(f"{n_dev} devices x {row_blocks} blocks: loss, gradient, hvp {apart}")
+    assert apart[0] <= 2e-13
+    assert apart[1] <= 5e-14
+    assert apart[2] <= 5e-14
+
+    # The blocks ran: k blocks of B rows per device, the loss a map over them.
+    n_bl = model.spec.n_bl
+    assert spec.row_blocks == row_blocks and spec.n_blocks == n_dev * row_blocks
+    assert spec.block_size == -(-n_bl // (n_dev * row_blocks))
+    assert "rfi_phase_cache" in sharded.info
+    rfi = jax.jit(partial(baseline_axis.predict_rfi, spec=spec))(sharded.params.rfi, inputs[0])
+    assert rfi.sharding.is_equivalent_to(NamedSharding(spec.mesh, P("bl")), rfi.ndim)
+    assert all(s.data.shape[0] == row_blocks * spec.block_size for s in rfi.addressable_shards)
+    assert len({s.device for s in rfi.addressable_shards}) == n_dev
+    jaxpr = str(jax.make_jaxpr(value)(sharded.params))
+    assert "checkpoint" in jaxpr or "remat" in jaxpr
+    assert f"length={row_blocks}" in jaxpr
