@@ -116,7 +116,14 @@ def test_blocked_loss_gradient_and_hvp_equal_one_device(reference, n_dev, row_bl
     n_bl = model.spec.n_bl
     assert spec.row_blocks == row_blocks and spec.n_blocks == n_dev * row_blocks
     assert spec.block_size == -(-n_bl // (n_dev * row_blocks))
-    assert "rfi_phase_cache" in sharded.info
+    # The analytic group's phase moments kept, row_blocks blocks on each device, and the
+    # report's size per device what one device holds.
+    ((name, report),) = sharded.info["rfi_phase_cache"]["groups"].items()
+    moments = next(t.moments for t in sharded.constants.groups if t.moments is not None)
+    assert report["kept"] and moments.shape[0] == spec.n_blocks
+    held = moments.addressable_shards[0].data
+    assert held.shape[0] == row_blocks
+    assert report["mib_per_device"] == pytest.approx(held.nbytes / 2**20, rel=1e-12)
     rfi = jax.jit(partial(baseline_axis.predict_rfi, spec=spec))(sharded.params.rfi, inputs[0])
     assert rfi.sharding.is_equivalent_to(NamedSharding(spec.mesh, P("bl")), rfi.ndim)
     assert all(s.data.shape[0] == row_blocks * spec.block_size for s in rfi.addressable_shards)

@@ -63,23 +63,27 @@ def _per_cell(a, b) -> float:
     return float(np.max(np.where(d == 0, 0.0, d / np.where(b == 0, 1e-300, np.abs(b)))))
 
 
-# 28 rows: 3 devices pad (B = 10, 2 padded rows), 4 divide evenly; both orders permute.
+# 28 rows: 3 devices pad (B = 10, 2 padded rows), 4 divide evenly; both orders permute. With 3
+# blocks of rows per device on 2 devices, 6 blocks of 5 rows: 15 per device, not the 14 of the
+# first read.
 @pytest.mark.parametrize(
-    "n_dev, reuse, init", [(1, False, "data"), (3, False, "prior"), (4, True, "data")]
+    "n_dev, reuse, init, row_blocks",
+    [(1, False, "data", 1), (3, False, "prior", 1), (4, True, "data", 1), (2, False, "data", 3)],
 )
-def test_block_build_equals_the_placed_whole_model(store, n_dev, reuse, init):
+def test_block_build_equals_the_placed_whole_model(store, n_dev, reuse, init, row_blocks):
     config = run_config.model_config(run_config.load(CONFIG))
     mesh = baseline_axis.make_mesh(n_dev)
     whole = baseline_axis.shard_model(joint.build(read_observation(store), config, init=init), mesh,
-                                 reuse=reuse)  # fmt: skip
+                                      reuse=reuse, row_blocks=row_blocks)  # fmt: skip
     source = CountingRows(store)
-    blocks = blockwise.build(source, config, mesh, init=init, reuse=reuse)
+    blocks = blockwise.build(source, config, mesh, init=init, reuse=reuse, row_blocks=row_blocks)
 
-    # Each device's rows were read for it alone: B rows per device (its ownership block, then,
-    # in the placement's order, its rows: the reuse plan's, or the sky and RFI groups spread),
-    # never the whole observation in one call.
-    B, n_bl = whole.spec.block_size, whole.spec.model.n_bl
-    expected = [np.arange(d * B, min((d + 1) * B, n_bl)) for d in range(n_dev)]
+    # Each device's rows were read for it alone: its ownership block, then, in the placement's
+    # order, its rows (the reuse plan's, or the sky and RFI groups spread, row_blocks blocks of
+    # B), never the whole observation in one call.
+    B, n_bl = whole.spec.device_rows, whole.spec.model.n_bl
+    first = -(-n_bl // n_dev)
+    expected = [np.arange(d * first, min((d + 1) * first, n_bl)) for d in range(n_dev)]
     if n_dev > 1:
         order = np.asarray(whole.spec.order)
         if reuse:

@@ -40,13 +40,16 @@ def _layout(placed):
     ]
 
 
-@pytest.mark.parametrize("axis", ["source", "baseline", "reuse"])
-def test_abstract_placement_has_the_shapes_and_shardings_of_the_real_one(models, axis):
+@pytest.mark.parametrize(
+    ("axis", "row_blocks"), [("source", 1), ("baseline", 1), ("reuse", 1), ("baseline", 2)]
+)
+def test_abstract_placement_has_the_shapes_and_shardings_of_the_real_one(models, axis, row_blocks):
     model, abstract = models
     route = routes.route(axis)
     mesh = route.make_mesh(N_DEVICES)
-    real = route.place(model, mesh)
-    from_shapes = stages.place_abstract(abstract, axis, mesh)
+    real = route.place(model, mesh, row_blocks=row_blocks)
+    from_shapes = stages.place_abstract(abstract, axis, mesh, row_blocks)
+    assert getattr(real.spec, "row_blocks", 1) == row_blocks
     assert _layout(from_shapes) == _layout(real)
     devices = list(mesh.devices.flat)
     parts = lambda p: (p.constants, p.data, p.params)  # noqa: E731

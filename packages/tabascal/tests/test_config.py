@@ -192,6 +192,7 @@ RUN_JOB_KEYS = {
     "output.per_satellite_mb",
     "sharding.axis",
     "sharding.reuse_plan",
+    "sharding.row_blocks",
 }
 
 

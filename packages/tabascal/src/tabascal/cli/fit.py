@@ -80,16 +80,13 @@ def _apply_flags(config: dict, args) -> dict:
 
 def _summary_lines(summary: dict) -> list[str]:
     gib = [b / 2**30 for b in summary["per_device_peak_bytes"]]
+    blocks = (summary.get("model") or {}).get("row_blocks")
     lines = [
         f"  reduced chi-squared   {summary['chi2_init']:#.4g} -> {summary['chi2_final']:#.4g}",
         f"  steps                 {summary['steps']} in {summary['seconds_fit']:.1f} s",
         f"  devices               {summary['n_devices']} (shard axis {summary['shard_axis']}"
         + (", antenna-reuse plan" if summary.get("reuse_plan") else "")
-        + (
-            f", {summary['model']['row_blocks']} blocks of rows each"
-            if summary["model"].get("row_blocks")
-            else ""
-        )
+        + (f", {blocks} blocks of rows each" if blocks else "")
         + ")",
         "  peak memory / device  " + ", ".join(f"{g:.3f} GiB" for g in gib),
     ]

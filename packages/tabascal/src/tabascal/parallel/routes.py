@@ -106,8 +106,11 @@ def _model_shape(placed):
 def _moment_sizes(placed) -> tuple[list[int], Any]:
     """Each group's kept-moment bytes per device, and the model spec."""
     model_spec, shape, cplx = _model_shape(placed)
+    # Rows per block, and row_blocks blocks on each device (on the baseline axis).
+    blocks = getattr(placed.spec, "row_blocks", 1)
     sizes = [
-        rfi_vis.moments_bytes(spec, tables.indices.a1.shape[-1], shape, model_spec.rfi_vis, cplx)
+        blocks
+        * rfi_vis.moments_bytes(spec, tables.indices.a1.shape[-1], shape, model_spec.rfi_vis, cplx)
         for spec, tables in zip(model_spec.groups, placed.constants.groups, strict=True)
     ]
     return sizes, model_spec

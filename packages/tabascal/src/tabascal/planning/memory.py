@@ -183,7 +183,9 @@ def check_programs_fit(programs: dict[str, StageMemory], capacity: int | None) -
                 f"compiled program: {_size(stage.arguments)} of arguments and "
                 f"{_size(stage.working_set)} of working set) but a device has "
                 f"{_size(capacity)}: spread the baselines over more devices "
-                "(--devices, --shard-axis baseline --reuse-plan), leave the RFI phase moments "
+                "(--devices, --shard-axis baseline --reuse-plan), take each device's baselines "
+                "in blocks in turn (--shard-axis baseline --row-blocks N, on one device too), "
+                "leave the RFI phase moments "
                 "less of the memory (rfi.phase_cache_fraction, or rfi.phase_cache: never), or "
                 "fit fewer channels at a time; `tabascal plan` reports every stage's memory"
             )
