@@ -81,8 +81,18 @@ def _arguments(argv=None):
         default=True,
         help="also compile the RFI term, the sky and the gains apart to split the flops",
     )
+    parser.add_argument(
+        "--row-blocks",
+        type=int,
+        nargs="+",
+        default=[],
+        help="also the baseline axis with its rows in each of these numbers of blocks per "
+        "device taken in turn (sharding.row_blocks), as axis 'baseline/K'",
+    )
     parser.add_argument("--json", type=Path, default=None)
     options = parser.parse_args(argv)
+    if any(k < 2 for k in options.row_blocks):
+        parser.error("--row-blocks takes numbers of blocks of 2 or more (1 is 'baseline')")
     for name in ("devices", "stations", "channels", "times", "satellites", "rounds", "steps"):
         if getattr(options, name) < 1:
             parser.error(f"--{name} must be at least 1, not {getattr(options, name)}")
@@ -328,17 +338,24 @@ def _placement(placed) -> dict:
     return info
 
 
-def _compile_axis(axis, model, options, optimizer):
-    """Place ``model`` on ``axis``, compile its step and cost it; the first step is timed
-    unless ``--cost-only``."""
+def _axis_blocks(label: str) -> tuple[str, int]:
+    """("baseline", 4) from "baseline/4"; (axis, 1) from a plain axis."""
+    axis, _, blocks = label.partition("/")
+    return axis, int(blocks or 1)
+
+
+def _compile_axis(label, model, options, optimizer):
+    """Place ``model`` on the axis of ``label`` ("baseline/K": K blocks of rows per device),
+    compile its step and cost it; the first step is timed unless ``--cost-only``."""
     import jax
 
     from tabascal.fitting import optimiser
     from tabascal.parallel import routes
     from tabascal.planning import memory
 
+    axis, blocks = _axis_blocks(label)
     route = routes.route(axis)
-    placed = route.place(model, route.make_mesh(options.devices))
+    placed = route.place(model, route.make_mesh(options.devices), row_blocks=blocks)
     inputs = (placed.constants, placed.data)
     step = optimiser.make_step(lambda p, i, r=route, s=placed.spec: r.loss(p, i, s), optimizer)
     # The step donates its state: a copy keeps the model's own parameters for the next axis.
@@ -356,7 +373,7 @@ def _compile_axis(axis, model, options, optimizer):
     start = time.perf_counter()
     run["pieces"] = piece_costs(route, placed) if options.pieces else None
     run["pieces_compile_seconds"] = time.perf_counter() - start if options.pieces else None
-    message = f"{axis}: step compiled in {run['compile_seconds']:.1f} s"
+    message = f"{label}: step compiled in {run['compile_seconds']:.1f} s"
     if not options.cost_only:
         start = time.perf_counter()
         state, loss, _ = compiled(state, inputs)
@@ -379,7 +396,7 @@ def _print_costs(runs: dict, n_dev: dict, options) -> None:
         per = run["cost"]["per_device"]
         ratio = f"{per['flops'] * n_dev[axis] / single['flops']:.3f}" if single else "-"
         print(
-            f"{axis:>8} {n_dev[axis]:>7} {per['flops'] / 1e9:10.4g} "
+            f"{axis:>11} {n_dev[axis]:>7} {per['flops'] / 1e9:10.4g} "
             f"{per['bytes_accessed'] / 1e9:8.4g} {per['transcendentals'] / 1e9:10.4g} "
             f"{per['flops'] * n_dev[axis] / 1e9:10.4g} {ratio:>7}"
         )
@@ -389,7 +406,7 @@ def _print_costs(runs: dict, n_dev: dict, options) -> None:
     for axis, run in runs.items():
         mem, kept = run["step_memory"], run["phase_cache"]["kept_mib_per_device"] / 1024
         print(
-            f"{axis:>8} {mem['arguments'] / 2**30:10.3f} {mem['temporaries'] / 2**30:12.3f} "
+            f"{axis:>11} {mem['arguments'] / 2**30:10.3f} {mem['temporaries'] / 2**30:12.3f} "
             f"{kept:13.3f}"
         )
     if options.pieces:
@@ -399,7 +416,7 @@ def _print_costs(runs: dict, n_dev: dict, options) -> None:
             flops = [run["pieces"][name]["flops"] for name in PIECES]
             other = run["cost"]["per_device"]["flops"] - sum(flops)
             cells = " ".join(f"{x / 1e9:9.4g}" for x in (*flops, other))
-            print(f"{axis:>8} {cells}")
+            print(f"{axis:>11} {cells}")
         print("GFLOP per device of the RFI term by group, and each group's rows per device")
         for axis, run in runs.items():
             rows = run["placement"]["group_rows_per_device"]
@@ -407,7 +424,7 @@ def _print_costs(runs: dict, n_dev: dict, options) -> None:
                 f"{group} {run['pieces'][f'rfi {group}']['flops'] / 1e9:.4g} ({n} rows)"
                 for group, n in rows.items()
             )
-            print(f"{axis:>8} {cells}")
+            print(f"{axis:>11} {cells}")
 
 
 def _print_goal(records: list[dict]) -> None:
@@ -449,7 +466,8 @@ def main(argv=None) -> list[dict]:
         f"{options.channels} channels, {options.times} cells, {options.satellites} satellites, "
         f"{options.rfi} RFI, groups {model.info['rfi_groups']}; {options.devices} devices"
     )
-    runs = {axis: _compile_axis(axis, model, options, optimizer) for axis in options.axes}
+    labels = [*options.axes, *(f"baseline/{k}" for k in options.row_blocks)]
+    runs = {label: _compile_axis(label, model, options, optimizer) for label in labels}
     n_dev = {axis: 1 if axis == "none" else options.devices for axis in runs}
     if not options.cost_only:
         _common.interleaved_rounds(runs, options.rounds, options.steps)
@@ -458,16 +476,21 @@ def main(argv=None) -> list[dict]:
     if "source" in runs and not options.cost_only:
         reference = statistics.median(runs["source"]["per_step"])
     if not options.cost_only:
-        print(f"{'axis':>8} {'median s':>9} {'min s':>8} {'/ source':>9}")
+        print(f"{'axis':>11} {'median s':>9} {'min s':>8} {'/ source':>9} {'/ none':>7}")
     single = runs["none"]["cost"]["per_device"] if "none" in runs else None
     records = []
-    for axis, run in runs.items():
+    alone = None
+    if "none" in runs and not options.cost_only:
+        alone = statistics.median(runs["none"]["per_step"])
+    for label, run in runs.items():
+        axis, blocks = _axis_blocks(label)
         median = statistics.median(run["per_step"]) if run["per_step"] else None
         ratio = median / reference if reference else None
         if not options.cost_only:
             print(
-                f"{axis:>8} {median:9.3f} {min(run['per_step']):8.3f} "
-                f"{(f'{ratio:.3f}' if ratio else '-'):>9}"
+                f"{label:>11} {median:9.3f} {min(run['per_step']):8.3f} "
+                f"{(f'{ratio:.3f}' if ratio else '-'):>9} "
+                f"{(f'{median / alone:.3f}' if alone else '-'):>7}"
             )
         records.append(
             {
@@ -481,7 +504,8 @@ def main(argv=None) -> list[dict]:
                 "rfi": options.rfi,
                 "rfi_groups": model.info["rfi_groups"],
                 "axis": axis,
-                "devices": n_dev[axis],
+                "row_blocks": blocks,
+                "devices": n_dev[label],
                 "rounds": None if options.cost_only else options.rounds,
                 "steps_per_round": None if options.cost_only else options.steps,
                 "step_seconds_median": median,
@@ -496,7 +520,7 @@ def main(argv=None) -> list[dict]:
                 "cost_only": options.cost_only,
                 "compile_seconds": run["compile_seconds"],
                 "pieces_compile_seconds": run["pieces_compile_seconds"],
-                **_cost_fields(run["cost"], run["pieces"], n_dev[axis], single),
+                **_cost_fields(run["cost"], run["pieces"], n_dev[label], single),
             }
         )
     _print_costs(runs, n_dev, options)

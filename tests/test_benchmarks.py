@@ -18,18 +18,30 @@ def records(tmp_path_factory):
     command = [
         sys.executable, str(ROOT / "benchmarks" / "memory.py"), "--preset", "demo",
         "--override", TINY, "--channels", "2", "--devices", "1", "2", "--axes", "none",
-        "baseline", "--rfi", "analytic", "--phase-cache", "always", "never", "--json", str(out),
+        "baseline", "--rfi", "analytic", "--phase-cache", "always", "never", "--row-blocks", "1",
+        "2", "--json", str(out),
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(out.read_text())
 
 
+# (axis, devices, row_blocks): at one device the baseline axis runs only in blocks of rows.
+CASES = [("none", 1, 1), ("baseline", 1, 2), ("baseline", 2, 1), ("baseline", 2, 2)]
+
+
+def _record(records, axis, devices, row_blocks, mode):
+    (record,) = [
+        r for r in records
+        if (r["axis"], r["devices"], r["row_blocks"], r["phase_cache_mode"])
+        == (axis, devices, row_blocks, mode)
+    ]  # fmt: skip
+    return record
+
+
 def test_memory_records_one_peak_per_device_for_each_axis_and_device_count(records):
-    cases = {(r["axis"], r["devices"], r["phase_cache_mode"]) for r in records}
-    assert cases == {
-        (a, n, m) for a, n in (("none", 1), ("baseline", 2)) for m in ("always", "never")
-    }
+    cases = {(r["axis"], r["devices"], r["row_blocks"], r["phase_cache_mode"]) for r in records}
+    assert cases == {(*case, m) for case in CASES for m in ("always", "never")}
     for r in records:
         for key in ("preset", "channels", "date", "commit", "machine", "jax"):
             assert key in r, key
@@ -54,28 +66,23 @@ def test_kept_moments_are_the_step_arguments_the_compiled_program_adds(records):
     by XLA's buffer assignment apart from tabascal's own sizing, less the phases and delays the
     step no longer reads (jit drops unused arguments): float32 (n_ant, n_src, n_freq, n_time)
     and (n_ant, n_src, n_time, 4)."""
-    for axis in ("none", "baseline"):
-        kept, formed = (
-            next(r for r in records if r["axis"] == axis and r["phase_cache_mode"] == mode)
-            for mode in ("always", "never")
-        )
+    for case in CASES:
+        kept, formed = (_record(records, *case, mode) for mode in ("always", "never"))
         ((group, entry),) = kept["phase_cache"]["groups"].items()
         assert group.startswith("analytic") and entry["kept"]
         assert not formed["phase_cache"]["groups"][group]["kept"]
         added = kept["stages"]["step"]["arguments"] - formed["stages"]["step"]["arguments"]
         moments = entry["mib_per_device"] * 2**20
         unread = 4 * kept["n_ant"] * kept["n_src"] * kept["n_time"] * (kept["channels"] + 4)
-        print(f"{axis}: step arguments +{added} B; moments {moments} B, phases+delays {unread} B")
-        # Measured: + moments - phases - delays - 24 B (the group's scalar tables), both axes.
+        print(f"{case}: step arguments +{added} B; moments {moments} B, phases+delays {unread} B")
+        # Measured: + moments - phases - delays - 24 B (the group's scalar tables), every case
+        # (with blocks of rows, the moments of every block a device holds).
         assert moments - unread - 64 <= added <= moments
 
 
 def test_baseline_axis_places_each_device_its_block_of_the_data(records):
-    (two,) = [
-        r for r in records
-        if r["axis"] == "baseline" and r["devices"] == 2 and r["phase_cache_mode"] == "never"
-    ]  # fmt: skip
-    (one,) = [r for r in records if r["axis"] == "none" and r["phase_cache_mode"] == "never"]
+    two = _record(records, "baseline", 2, 1, "never")
+    one = _record(records, "none", 1, 1, "never")
     # 28 baselines on 2 devices: 14 rows each of complex64 vis, bool flags and float32 noise
     # (2 channels, 30 cells), counted here from the shapes; every device holds at least that,
     # and less than the whole model one device holds.

@@ -118,7 +118,7 @@ def test_blocked_loss_gradient_and_hvp_equal_one_device(reference, n_dev, row_bl
     assert spec.block_size == -(-n_bl // (n_dev * row_blocks))
     # The analytic group's phase moments kept, row_blocks blocks on each device, and the
     # report's size per device what one device holds.
-    ((name, report),) = sharded.info["rfi_phase_cache"]["groups"].items()
+    ((_, report),) = sharded.info["rfi_phase_cache"]["groups"].items()
     moments = next(t.moments for t in sharded.constants.groups if t.moments is not None)
     assert report["kept"] and moments.shape[0] == spec.n_blocks
     held = moments.addressable_shards[0].data
