@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -61,16 +62,34 @@ def _arguments(argv=None):
     parser.add_argument(
         "--polish-cg", type=int, default=5, help="conjugate-gradient iterations per polish step"
     )
+    parser.add_argument(
+        "--row-blocks",
+        nargs="+",
+        default=["64=4"],
+        metavar="CHANNELS=K",
+        help="channel counts fitted on the baseline axis of the one device with their rows in "
+        "K blocks taken in turn (sharding.row_blocks); the others run the plain model "
+        "(default 64=4: one device's 64-channel polish needs 203 GB unblocked, 59 GB in 4 "
+        "blocks, by XLA's CPU figures)",
+    )
     parser.add_argument("--case-timeout", type=float, default=240.0, help="seconds per case")
     parser.add_argument("--tiny", action="store_true", help="8 stations, 2 channels, CPU-sized")
     parser.add_argument("--skip-kernels", action="store_true", help="no ri_kernels benchmark")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--case", help=argparse.SUPPRESS)  # internal: one case, JSON path
     options = parser.parse_args(argv)
+    try:
+        pairs = [item.split("=") for item in options.row_blocks]
+        options.row_blocks = {int(c): int(k) for c, k in pairs}
+    except ValueError:
+        parser.error(f"--row-blocks takes CHANNELS=K pairs, e.g. 64=4, not {options.row_blocks}")
+    if any(k < 1 for k in options.row_blocks.values()):
+        parser.error("--row-blocks: K must be at least 1")
     if options.tiny:
         options.preset, options.channels = "demo", [2]
         options.steps, options.warmup = min(options.steps, 5), 1
         options.polish_cg = min(options.polish_cg, 3)
+        options.row_blocks = {2: 2}  # the blocked route's plumbing too
     return options
 
 
@@ -81,6 +100,7 @@ def run_case(spec: dict) -> dict:
     from tabascal.config import run_config as rc
     from tabascal.fitting import optimiser
     from tabascal.model import joint
+    from tabascal.parallel import routes
     from tabascal.planning import memory
 
     start = time.perf_counter()
@@ -103,7 +123,13 @@ def run_case(spec: dict) -> dict:
         polish_cg_steps=spec["polish_cg"],
     )
     optimizer = optimiser.make_optimizer(fit_config)
-    step = optimiser.make_step(lambda p, i: joint.loss(p, i, model.spec), optimizer)
+    n_bl = model.spec.n_bl
+    if spec["row_blocks"] > 1:  # the baseline axis on this device alone, its rows in blocks
+        route = routes.route("baseline")
+        model = route.place(model, route.make_mesh(1), row_blocks=spec["row_blocks"])
+        step = optimiser.make_step(partial(route.loss, spec=model.spec), optimizer)
+    else:
+        step = optimiser.make_step(lambda p, i: joint.loss(p, i, model.spec), optimizer)
     inputs = (model.constants, model.data)
     state = optimiser.init_state(model.params, optimizer)
     start = time.perf_counter()
@@ -120,7 +146,7 @@ def run_case(spec: dict) -> dict:
     timed = times[spec["warmup"] : fit_config.polish_start]
     polish = times[fit_config.polish_start :]
     return {
-        "n_bl": model.spec.n_bl,
+        "n_bl": n_bl,
         "rfi_groups": model.info["rfi_groups"],
         "sky_modes": model.info["sky_modes"],
         "sky_groups": model.info["sky_groups"],
@@ -207,11 +233,13 @@ def main(argv=None) -> None:
                     "preset": options.preset, "channels": channels, "rfi": rfi, "extra": extra,
                     "steps": options.steps, "warmup": options.warmup,
                     "polish_steps": options.polish_steps, "polish_cg": options.polish_cg,
+                    "row_blocks": options.row_blocks.get(channels, 1),
                     "geometry": str(geometry), "result": str(folder / "result.json"),
                 }  # fmt: skip
                 (folder / "case.json").write_text(json.dumps(spec))
                 record = {**base, "preset": options.preset, "channels": channels, "rfi": rfi,
-                          "steps": options.steps, "warmup": options.warmup}  # fmt: skip
+                          "steps": options.steps, "warmup": options.warmup,
+                          "row_blocks": spec["row_blocks"]}  # fmt: skip
                 command = [sys.executable, __file__, "--case", str(folder / "case.json")]
                 start = time.perf_counter()
                 try:

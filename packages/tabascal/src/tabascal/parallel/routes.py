@@ -139,6 +139,14 @@ def keep_phase_moments(name: str, placed, *, abstract: bool = False):
     budget = rfi_vis.phase_cache_budget_bytes(
         model_spec.rfi_vis, agreed_device_memory(devices(placed.spec))
     )
+    blocks = getattr(placed.spec, "row_blocks", 1)
+    if blocks > 1:
+        # Each block's share of the moments is copied for its turn: M kept cost M (1 + 1 / k).
+        budget = (
+            budget[0] * blocks // (blocks + 1),
+            f"{budget[1]}; k / (k + 1) of it with row_blocks k = {blocks}, whose blocks each "
+            "copy their share for their turn",
+        )
     # Fitted orbit corrections move the delays at every step: the moments cannot be kept.
     orbits_fitted = getattr(placed.constants, "orbits", None) is not None
     if name == "source" or orbits_fitted:
