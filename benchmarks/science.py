@@ -85,7 +85,10 @@ def _fit(store: Path, out: Path, steps: int, run_overrides: dict) -> dict:
     fixed = {"fit": {"steps": steps, "checkpoint_every": 0}, "output": {"plots": False}}
     config = run_config.load(merge(run_overrides, fixed))
     start = time.perf_counter()
-    summary = job.run(obs, out, config, progress=False)
+    # The config's sharding as `tabascal run` takes it (sharding.axis, reuse_plan).
+    axis = run_config.shard_axis(None, config)
+    reuse = run_config.reuse_plan(None, config, axis)
+    summary = job.run(obs, out, config, progress=False, shard_axis=axis, reuse_plan=reuse)
     seconds = time.perf_counter() - start
     results = zarr.open_group(str(out / "results.zarr"), mode="r")
     t, a1, a2 = obs.truth, np.asarray(obs.a1), np.asarray(obs.a2)
