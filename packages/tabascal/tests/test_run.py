@@ -187,6 +187,13 @@ def test_run_and_plan_commands(small_store, tmp_path, capsys):
     assert "--overwrite" in capsys.readouterr().err
     assert main(["plan", "-c", str(config), "--data", str(small_store)]) == 0
     assert "peak estimate per device" in capsys.readouterr().out
+    # Blocks of rows need the baseline axis (on one device, a mesh of that device alone).
+    assert main(["plan", "-c", str(config), "--data", str(small_store), "--row-blocks", "2"]) == 2
+    assert "pass --shard-axis baseline or set sharding.axis" in capsys.readouterr().err
+    on_baseline = tmp_path / "baseline.yaml"
+    on_baseline.write_text(config.read_text() + "sharding:\n  axis: baseline\n  row_blocks: 2\n")
+    assert main(["plan", "-c", str(on_baseline), "--data", str(small_store)]) == 0
+    assert "shard axis baseline, 2 blocks of rows per device" in capsys.readouterr().out
     bad = tmp_path / "bad.yaml"
     bad.write_text("fit:\n  stepz: 2\n")
     assert main(["run", "-c", str(bad), "--data", str(small_store), "-o", str(tmp_path / "b")]) == 2

@@ -412,7 +412,7 @@ def _plan(args: argparse.Namespace) -> int:
     capacity = memory.device_memory_bytes(devices[0])
     print(
         f"tabascal plan: {args.data} on {len(devices)} {devices[0].platform} device(s), "
-        f"shard axis {route.name}"
+        f"shard axis {route.name}" + (f", {blocks} blocks of rows per device" if blocks > 1 else "")
     )
     spec = getattr(placed.spec, "model", placed.spec)
     print(

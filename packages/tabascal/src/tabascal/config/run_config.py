@@ -288,8 +288,8 @@ def row_blocks(cli_value: int | None, config: dict, axis: str, reuse: bool) -> i
     if value > 1 and axis != "baseline":
         raise ConfigError(
             f"{source} = {value} splits each device's baselines into blocks, which needs the "
-            f"baseline axis, not {axis!r}: pass --shard-axis baseline (on one device the model "
-            "is placed on that device alone)"
+            f"baseline axis, not {axis!r}: pass --shard-axis baseline or set sharding.axis: "
+            "baseline (on one device the model is placed on that device alone)"
         )
     if value > 1 and reuse:
         raise ConfigError(
