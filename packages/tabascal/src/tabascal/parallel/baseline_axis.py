@@ -35,6 +35,12 @@ n_time) buffer at the plan's positions (padding lands in the spare row B) and ke
 rows. The gains and the likelihood act row by row, so they run under ``jit`` on the
 sharded arrays, with sharding constraints keeping ``P("bl")`` between components. Only scalars and
 the gradients of replicated parameters are summed across devices.
+
+With ``row_blocks`` k (``ShardedSpec.row_blocks``, ``sharding.row_blocks``) the rows are placed
+as for k n_dev devices, each device holding k blocks of B rows, and every map above takes its
+device's blocks in turn; ``loss`` then sums the likelihood block by block (``blocked_nll``), each
+block recomputed in reverse mode, so that derivatives hold one block's visibility-shaped
+intermediates at a time.
 """
 
 from __future__ import annotations
