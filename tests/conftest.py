@@ -13,6 +13,19 @@ N_DEVICES = 4
 #: 8 stations (28 baselines, which 3 and 4 devices do not divide into whole blocks of rows with
 #: both RFI groups filled), 2 channels, 30 integrations: small enough to compile quickly.
 SMALL = {"array": {"n_stations": 8}, "observation": {"n_time": 30, "n_freq": 2}}
+#: The hybrid route in float64, cheap to compile: a quadrature and an analytic group on the
+#: ``SMALL`` store (two groups at most, a short analytic expansion, the midpoint rule).
+HYBRID_DOUBLE = {
+    "precision": "double",
+    "rfi": {
+        "quadrature_limit": 8,
+        "max_groups": 2,
+        "segments": 1,
+        "terms": 3,
+        "cubic_terms": 1,
+        "sampling": "midpoint",
+    },
+}
 
 
 def host_memory_bytes() -> int:

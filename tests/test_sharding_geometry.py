@@ -12,7 +12,7 @@ plan (on 3 and 4 devices the plan gives each device 5 or 6 of the 8 antennas).
 import jax
 import numpy as np
 import pytest
-from conftest import single_device_reference
+from conftest import HYBRID_DOUBLE, single_device_reference
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -20,17 +20,7 @@ from tabascal.model import joint, rfi_signal
 from tabascal.parallel import baseline_axis
 
 # The hybrid route of test_sharding_reuse: a quadrature and an analytic group.
-CONFIG = {
-    "precision": "double",
-    "rfi": {
-        "quadrature_limit": 8,
-        "max_groups": 2,
-        "segments": 1,
-        "terms": 3,
-        "cubic_terms": 1,
-        "sampling": "midpoint",
-    },
-}
+CONFIG = HYBRID_DOUBLE
 LIGHT = [(4, False), (4, True)]
 HEAVY = [(1, False), (2, False), (3, False), (1, True), (2, True), (3, True)]
 

@@ -15,6 +15,7 @@ from functools import partial
 import jax
 import numpy as np
 import pytest
+from conftest import HYBRID_DOUBLE
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -25,18 +26,7 @@ from tabascal.store import read_observation
 
 # The hybrid route of test_sharding_baseline (quadrature t1 and an analytic group), cheap to
 # compile, with the sky's three groups (a field of 60 degrees).
-CONFIG = {
-    "precision": "double",
-    "rfi": {
-        "quadrature_limit": 8,
-        "max_groups": 2,
-        "segments": 1,
-        "terms": 3,
-        "cubic_terms": 1,
-        "sampling": "midpoint",
-    },
-    "sky": {"fov_radius_deg": 60.0},
-}
+CONFIG = {**HYBRID_DOUBLE, "sky": {"fov_radius_deg": 60.0}}
 # (devices, blocks per device): 28 baselines in 3 blocks of 10 (two padded rows), in 2 x 2 of
 # 7, and in 3 x 2 of 5 (two padded rows); every case pads some sky group's slots.
 CASES = [(1, 3), (2, 2), (3, 2)]
