@@ -756,6 +756,12 @@ def keep_phase_moments(constants: joint.ModelConstants, spec: ShardedSpec, keep)
     return constants._replace(groups=tuple(groups))
 
 
+def _signal_partition_specs(signal: rfi_signal.RfiSignalConstants):
+    """The RFI signal's constants on the map: replicated, but for a factor placed per device."""
+    specs = jax.tree.map(lambda _: P(), signal)
+    return specs._replace(factor=P(AXIS)) if factor_per_device(signal) else specs
+
+
 def predict_rfi(
     rfi_params, constants: joint.ModelConstants, spec: ShardedSpec, orbit_params=None
 ) -> jax.Array:
@@ -772,9 +778,7 @@ def predict_rfi(
     )
     group_specs = _group_partition_specs(constants.groups)
     geometry = _geometry_partition_spec(spec)
-    signal_specs = jax.tree.map(lambda _: P(), constants.rfi_signal)
-    if factor_per_device(constants.rfi_signal):
-        signal_specs = signal_specs._replace(factor=P(AXIS))
+    signal_specs = _signal_partition_specs(constants.rfi_signal)
     mapped = jax.shard_map(
         lambda *args: rfi_block(*args, spec=spec),
         mesh=spec.mesh,
@@ -872,9 +876,7 @@ def blocked_nll(params: joint.ModelParams, constants, data: joint.Data, spec: Sh
         per_block = _by_block(lambda p: block(p)[None], parts, spec, remat=True)
         return jax.lax.psum(jnp.sum(per_block), AXIS)
 
-    signal_specs = jax.tree.map(lambda _: P(), constants.rfi_signal)
-    if factor_per_device(constants.rfi_signal):
-        signal_specs = signal_specs._replace(factor=P(AXIS))
+    signal_specs = _signal_partition_specs(constants.rfi_signal)
     geometry = _geometry_partition_spec(spec)
     rows = (constants.a1, constants.a2, data.vis, data.flags, data.noise)
     args = {
