@@ -42,7 +42,7 @@ from tabascal.fitting.output_folder import (  # noqa: F401 (the errors and lock,
 )
 from tabascal.model import joint, likelihood, orbit_corrections
 from tabascal.observation import geometry
-from tabascal.parallel import blockwise, processes, routes
+from tabascal.parallel import backends, blockwise, processes, routes
 from tabascal.planning import memory
 from tabascal.store.writer import NO_SPACE, why_unwritable
 
@@ -214,7 +214,9 @@ class _Fitted(NamedTuple):
 def precision_scope(config: dict):
     """A context in which the arrays of ``config``'s precision are made: jax's 64-bit mode on
     for ``precision: double`` (without it every float64 array silently becomes float32), as it
-    is otherwise; scoped, so that the caller's mode is as it was afterwards."""
+    is otherwise; scoped, so that the caller's mode is as it was afterwards. Double precision
+    on a backend without float64 (a TPU) is refused here, before any work."""
+    backends.check_precision(config["precision"])
     return jax.enable_x64(config["precision"] == "double" or jax.config.jax_enable_x64)
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from tabascal.observation import geometry as geo
 from tabascal.observation.beam import beam_x, interpolate_voltage
+from tabascal.parallel.backends import float64_device
 
 
 def node_count(half_range_rad: float) -> int:
@@ -161,6 +162,7 @@ def cells_vis(
     w_freq, w_time are the quadrature weights (summing to 1). One compiled call per cell, so
     the blocking of cells never changes the program. Fine times go through the Gram product
     in groups of at most ``max_group_elems`` signal samples per channel, zero-weight padded.
+    On a backend without float64 (a TPU) the cells are computed on the host's CPU device.
     """
     n_cell, n_ant, n_src, n_t = amp0.shape
     per_node = max(1, n_ant * n_src * nu_mhz.shape[1])
@@ -168,7 +170,7 @@ def cells_vis(
     pad = (-n_t) % group
     widths = ((0, 0), (0, 0), (0, pad))
     out = np.empty((n_cell, nu_mhz.shape[0], np.size(a1)), dtype=np.complex128)
-    with jax.enable_x64(True):
+    with jax.enable_x64(True), jax.default_device(float64_device()):
         fixed = dict(
             spec_index=jnp.asarray(spec_index, dtype=jnp.float64),
             nu_mhz=jnp.asarray(nu_mhz, dtype=jnp.float64),
