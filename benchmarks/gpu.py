@@ -22,7 +22,9 @@ out of memory or time is recorded and the next one still runs. The metadata geom
 part at 512 stations, is computed once per channel count and handed to both RFI routes. Step
 time: the median of the timed steps after ``--warmup`` steps (the first compiles). Each case's
 record is written as soon as it ends, to ``gpu_<time>.json`` under ``--out`` ($OUT by default,
-else benchmarks/results/).
+else benchmarks/results/); a case that fails or runs out of time keeps its ``progress``, the
+stages it reached and when (model built, data drawn, compiled, each step). This process stays on
+the host's CPU and leaves the accelerator to the cases: one process at a time may hold a TPU.
 """
 
 from __future__ import annotations
@@ -104,13 +106,21 @@ def run_case(spec: dict) -> dict:
     from tabascal.planning import memory
 
     start = time.perf_counter()
+    log = open(spec["progress"], "a", buffering=1)  # noqa: SIM115 (lines as they happen)
+
+    def progress(what: str) -> None:  # where a case that runs out of time had got to
+        log.write(f"{time.perf_counter() - start:8.1f} s  {what}\n")
+
+    progress(f"started on {jax.devices()[0]}")
     with open(spec["geometry"], "rb") as f:
         geom = pickle.load(f)
     abstract, config, _ = _common.preset_model(
         spec["preset"], spec["channels"], spec["rfi"], spec["extra"], geom=geom
     )
+    progress("model built (abstract)")
     model = _common.synthetic_model(abstract)
     jax.block_until_ready(model.data.vis)
+    progress("data drawn on the device")
     after_data = memory.allocator_peak_bytes()
     seconds_setup = time.perf_counter() - start
     # The gradient steps, then a few polish steps of a few conjugate-gradient iterations:
@@ -135,12 +145,14 @@ def run_case(spec: dict) -> dict:
     start = time.perf_counter()
     step, programs = optimiser.compile_step(step, state, inputs)
     seconds_compile = time.perf_counter() - start
+    progress(f"compiled {sorted(programs)} in {seconds_compile:.1f} s")
     chi2, times, iterations = [], [], []
     for k in range(fit_config.total_steps):
         start = time.perf_counter()
         state, _loss, aux = step(state, inputs)
         chi2.append(float(aux["chi2"]))  # waits for the step
         times.append(time.perf_counter() - start)
+        progress(f"step {k}: {times[-1]:.3f} s, chi2 {chi2[-1]:.4g}")
         if k >= fit_config.polish_start:
             iterations.append(int(state.opt_state.polish.cg_iterations))
     timed = times[spec["warmup"] : fit_config.polish_start]
@@ -211,6 +223,9 @@ def main(argv=None) -> None:
         record = run_case(spec)
         Path(spec["result"]).write_text(json.dumps(record))
         return
+    # This process computes the geometry on the host and leaves the accelerator to the cases
+    # (one process at a time may hold a TPU); they run with the environment it was given.
+    os.environ["JAX_PLATFORMS"] = "cpu"
     out = options.out or Path(os.environ.get("OUT") or _common.RESULTS)
     out.mkdir(parents=True, exist_ok=True)
     extra = TINY if options.tiny else None
@@ -219,6 +234,7 @@ def main(argv=None) -> None:
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d_%H%M%S")
     path = out / f"gpu_{stamp}.json"
     base = _common.provenance(["benchmarks/gpu.py", *(argv or sys.argv[1:])])
+    base["machine"]["devices"] = "the cases': each record's 'device'"  # this process's is the CPU
     records = []
     print(
         f"{'ch':>3} {'rfi':>8} {'step s':>8} {'polish s':>8} {'peak GB':>8} {'chi2 0':>9} "
@@ -235,6 +251,7 @@ def main(argv=None) -> None:
                     "polish_steps": options.polish_steps, "polish_cg": options.polish_cg,
                     "row_blocks": options.row_blocks.get(channels, 1),
                     "geometry": str(geometry), "result": str(folder / "result.json"),
+                    "progress": str(folder / f"progress_{channels}_{rfi}.txt"),
                 }  # fmt: skip
                 (folder / "case.json").write_text(json.dumps(spec))
                 record = {**base, "preset": options.preset, "channels": channels, "rfi": rfi,
@@ -254,11 +271,14 @@ def main(argv=None) -> None:
                 except subprocess.TimeoutExpired:
                     record["error"] = f"timed out after {options.case_timeout:.0f} s"
                 record["seconds_case"] = time.perf_counter() - start
+                if "error" in record and Path(spec["progress"]).exists():
+                    record["progress"] = Path(spec["progress"]).read_text().splitlines()[-40:]
                 record["load_average"] = list(os.getloadavg())
                 records.append(record)
                 path.write_text(json.dumps(records, indent=2) + "\n")
                 if "error" in record:
                     print(f"{channels:3d} {rfi:>8}  failed: {record['error'][-300:]}", flush=True)
+                    print("\n".join(record.get("progress", [])[-5:]), flush=True)
                     continue
                 peak = record["allocator_peak_bytes"]
                 polish = record["polish_step_seconds"]

@@ -279,3 +279,23 @@ def test_step_pieces_reports_each_piece_and_the_polish_without_the_gradient_stat
     sky = record["sky"]
     assert sky["own_modes"] <= sky["shared_modes"] == record["n_bl"] * np.prod(sky["box"])
     assert sky["grouped"][0]["modes"] == sky["shared_modes"]
+
+
+def test_gpu_benchmark_fits_each_case_in_its_own_process_and_records_it(tmp_path):
+    """The accelerator session's plumbing at its CPU size (2 channels in 2 blocks of rows)."""
+    command = [
+        sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--tiny", "--rfi", "hybrid",
+        "--skip-kernels", "--steps", "3", "--out", str(tmp_path),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (path,) = tmp_path.glob("gpu_*.json")
+    (record,) = json.loads(path.read_text())
+    assert "error" not in record, record.get("progress")
+    assert (record["channels"], record["rfi"], record["row_blocks"]) == (2, "hybrid", 2)
+    assert "cpu" in record["device"].lower()
+    assert len(record["step_seconds"]) == 3 and record["step_seconds_median"] > 0
+    # a prior-mean start of data drawn from the model: the steps bring chi-squared down
+    assert record["chi2_after_steps"] < record["chi2_initial"]
+    assert len(record["polish_cg_iterations"]) == 1 <= record["polish_cg_iterations"][0] <= 3
+    assert record["step_memory"]["temporaries"] > 0 and record["polish_step_memory"]
