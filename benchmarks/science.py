@@ -85,13 +85,11 @@ def _fit(store: Path, out: Path, steps: int, run_overrides: dict) -> dict:
     fixed = {"fit": {"steps": steps, "checkpoint_every": 0}, "output": {"plots": False}}
     config = run_config.load(merge(run_overrides, fixed))
     start = time.perf_counter()
-    # The config's sharding as `tabascal run` takes it (sharding.axis, reuse_plan); the
-    # RFI-free twin (no satellites: the sky and the gains alone) on one device.
-    axis = run_config.shard_axis(None, config) if obs.meta.n_sat else "none"
-    reuse = run_config.reuse_plan(None, config, axis)
-    if axis == "none":
-        config["sharding"]["row_blocks"] = 1
-    summary = job.run(obs, out, config, progress=False, shard_axis=axis, reuse_plan=reuse)
+    axis = None  # the config's sharding, as `tabascal run` takes it (job.run resolves it)
+    if not obs.meta.n_sat:  # the RFI-free twin (the sky and the gains alone) on one device
+        axis = "none"
+        config["sharding"] = {**config["sharding"], "reuse_plan": False, "row_blocks": 1}
+    summary = job.run(obs, out, config, progress=False, shard_axis=axis)
     seconds = time.perf_counter() - start
     results = zarr.open_group(str(out / "results.zarr"), mode="r")
     t, a1, a2 = obs.truth, np.asarray(obs.a1), np.asarray(obs.a2)

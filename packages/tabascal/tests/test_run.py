@@ -153,6 +153,21 @@ def test_shard_axis_precedence_command_line_then_config_then_environment(monkeyp
         run_config.shard_axis(None, run_config.load(None))
 
 
+def test_the_api_takes_the_shard_axis_from_the_config_unless_the_caller_names_one(obs, tmp_path):
+    """``job.run`` without ``shard_axis`` resolves it as ``tabascal run`` does without its
+    flag: the config's ``sharding.axis`` (it fitted on one device before, whatever the
+    config said); a caller's axis wins."""
+    config = run_config.load({**FEW_STEPS, "sharding": {"axis": "source"}})
+    summary = job.run(obs, tmp_path / "config", config, progress=False)
+    assert summary["shard_axis"] == "source"
+    summary = job.run(obs, tmp_path / "caller", config, shard_axis="none", progress=False)
+    assert summary["shard_axis"] == "none"
+    blocks = run_config.load({**FEW_STEPS, "sharding": {"axis": "none", "row_blocks": 2}})
+    with pytest.raises(ConfigError, match="needs the baseline axis"):
+        job.run(obs, tmp_path / "blocks", blocks, progress=False)
+    assert not (tmp_path / "blocks").exists()
+
+
 def test_reuse_plan_precedence_command_line_then_config_and_baseline_axis_only():
     on = run_config.load({"sharding": {"reuse_plan": True}})
     off = run_config.load(None)

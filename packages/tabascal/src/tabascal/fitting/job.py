@@ -227,8 +227,8 @@ def run(
     *,
     resume: bool = False,
     overwrite: bool = False,
-    shard_axis: str = "none",
-    reuse_plan: bool = False,
+    shard_axis: str | None = None,
+    reuse_plan: bool | None = None,
     progress: bool = True,
 ) -> RunSummary:
     """Fit ``obs`` with the validated ``config``; write the outputs to ``out_dir`` (process 0)
@@ -238,11 +238,15 @@ def run(
     ``blockwise.RowSource`` (e.g. ``StoreRows``: rows read as needed). On the baseline
     axis the model is built block by block (``blockwise.build``): each process reads only
     its own devices' rows and the outputs are written block by block; a multi-process run must
-    take that route. shard_axis: one of ``routes.SHARD_AXES`` (``run_config.shard_axis``);
-    reuse_plan: permute the baselines by the antenna-reuse plan (baseline axis only).
+    take that route. shard_axis: one of ``routes.SHARD_AXES``; reuse_plan: permute the
+    baselines by the antenna-reuse plan (baseline axis only). Each, when None, is taken as
+    ``tabascal run`` takes it without its flag: from ``config``'s ``sharding`` (and
+    $TABASCAL_SHARD_AXIS; ``run_config.shard_axis``, ``run_config.reuse_plan``).
     """
-    if shard_axis not in routes.SHARD_AXES:
+    if shard_axis is not None and shard_axis not in routes.SHARD_AXES:
         raise ConfigError(f"shard axis {shard_axis!r} is not known; use none, baseline or source")
+    shard_axis = run_config.shard_axis(shard_axis, config)
+    reuse_plan = run_config.reuse_plan(reuse_plan, config, shard_axis)
     route = routes.route(shard_axis, reuse_plan)
     run_config.row_blocks(None, config, shard_axis, reuse_plan)
     source = obs if hasattr(obs, "read") else blockwise.MemoryRows(obs)
