@@ -42,7 +42,7 @@ from tabascal.fitting.output_folder import (  # noqa: F401 (the errors and lock,
 )
 from tabascal.model import joint, likelihood, orbit_corrections
 from tabascal.observation import geometry
-from tabascal.parallel import backends, blockwise, processes, routes
+from tabascal.parallel import backends, baseline_axis, blockwise, processes, routes
 from tabascal.planning import memory
 from tabascal.store.writer import NO_SPACE, why_unwritable
 
@@ -391,6 +391,10 @@ def _predicted(route: routes.Route, placed, params) -> _Outputs:
     """Predict from ``params``; a baseline-sharded route's cubes leave block by block."""
     spec, data = placed.spec, placed.data
     n_bl = getattr(spec, "model", spec).n_bl
+    # the mean over the baselines (and channels, with a noise per channel); padded rows left out
+    noise_mean = float(jax.jit(lambda n: jax.numpy.sum(n[:n_bl]) / n[:n_bl].size)(data.noise))
+    if getattr(spec, "row_blocks", 1) > 1:
+        return _predicted_by_row_block(placed, params, noise_mean)
     prediction = jax.jit(partial(route.predict, spec=spec))(params, placed.constants)
     # Masked reductions on the devices that hold the rows (padded rows are flagged).
     chi2_final = float(
@@ -398,8 +402,6 @@ def _predicted(route: routes.Route, placed, params) -> _Outputs:
             prediction.model, data.vis, data.flags, data.noise, data.n_points
         )
     )
-    # the mean over the baselines (and channels, with a noise per channel); padded rows left out
-    noise_mean = float(jax.jit(lambda n: jax.numpy.sum(n[:n_bl]) / n[:n_bl].size)(data.noise))
     if route.by_block:
         residual = jax.jit(likelihood.residual)(prediction.model, data.vis, data.flags)
         return _Outputs(
@@ -428,6 +430,42 @@ def _predicted(route: routes.Route, placed, params) -> _Outputs:
         chi2_final=chi2_final,
         noise_mean=noise_mean,
     )
+
+
+def _predicted_by_row_block(placed, params, noise_mean: float) -> _Outputs:
+    """The outputs of a fit with its rows in blocks (``sharding.row_blocks``): block j of
+    every device's rows is predicted, and its residual formed, in turn (``predict_block``,
+    ``rows_block``), so that the devices hold one block's cubes at a time. Each pass over the
+    blocks (the chi-squared; the truth's comparison, where there is a truth; the cubes
+    written) predicts them again, each block about a loss evaluation's work."""
+    spec, data = placed.spec, placed.data
+    predict = jax.jit(partial(baseline_axis.predict_block, spec=spec))
+    take = jax.jit(partial(baseline_axis.rows_block, spec=spec))
+    export = jax.jit(likelihood.residual_and_chi2)
+
+    def block(j: int):
+        prediction = predict(params, placed.constants, j)
+        vis, flags, noise = (take(x, j) for x in (data.vis, data.flags, data.noise))
+        residual, chi2 = export(prediction.model, vis, flags, noise, data.n_points)
+        return prediction, residual, flags, chi2
+
+    chi2_final, first = 0.0, None
+    for j in range(spec.row_blocks):
+        prediction, _, _, chi2 = block(j)
+        chi2_final += float(chi2)
+        if first is None:
+            first = np.asarray(prediction.gains.addressable_data(0))
+
+    def cubes():
+        for j in range(spec.row_blocks):
+            prediction, residual, flags, _ = block(j)
+            yield from results.sharded_cubes(prediction, residual, flags, spec, j)
+
+    def fitted_blocks():
+        for j in range(spec.row_blocks):
+            yield from results.local_blocks(predict(params, placed.constants, j), spec, j)
+
+    return _Outputs(cubes(), first, fitted_blocks(), chi2_final, noise_mean)
 
 
 def _write_outputs(route, placed, fitted: _Fitted, source, config, out_dir, by_block):

@@ -43,15 +43,18 @@ class Block(NamedTuple):
     rows: np.ndarray
 
 
-def blocks(spec) -> list[Block]:
-    """The real rows of every device of a ``baseline_axis.ShardedSpec``, in mesh order."""
-    n_bl, B = spec.model.n_bl, spec.device_rows
+def blocks(spec, j: int | None = None) -> list[Block]:
+    """The real rows of every device of a ``baseline_axis.ShardedSpec``, in mesh order; with
+    ``j``, those of each device's block j of rows, in the arrays of n_dev B rows that
+    ``baseline_axis.predict_block`` and ``rows_block`` return."""
+    n_bl, B = spec.model.n_bl, spec.device_rows if j is None else spec.block_size
     out = []
     for d in range(spec.n_dev):
-        start, stop = min(d * B, n_bl), min((d + 1) * B, n_bl)
+        first = d * spec.device_rows + (0 if j is None else j * B)  # in the placed rows
+        start, stop = min(first, n_bl), min(first + B, n_bl)
         packed = np.arange(start, stop)
         rows = packed if spec.order is None else np.asarray(spec.order)[packed]
-        out.append(Block(d, start, stop, rows))
+        out.append(Block(d, d * B, d * B + stop - start, rows))
     return out
 
 
@@ -193,9 +196,12 @@ def noise_rows(noise, spec, by_block: bool, n_bl: int) -> np.ndarray:
     return out
 
 
-def sharded_cubes(prediction, residual, flags, spec) -> Iterator[tuple[np.ndarray, dict]]:
+def sharded_cubes(
+    prediction, residual, flags, spec, j: int | None = None
+) -> Iterator[tuple[np.ndarray, dict]]:
     """The ``CUBES`` of a sharded fit, one device block at a time, on every process (a
-    collective per block and cube when the blocks live in several processes)."""
+    collective per block and cube when the blocks live in several processes); with ``j``,
+    of each device's block j of rows (``blocks``)."""
     named = {
         "sky_vis": prediction.sky,
         "rfi_vis": prediction.rfi,
@@ -203,7 +209,7 @@ def sharded_cubes(prediction, residual, flags, spec) -> Iterator[tuple[np.ndarra
         "residual": residual,
         "flags": flags,
     }
-    for block in blocks(spec):
+    for block in blocks(spec, j):
         if block.stop > block.start:
             yield (
                 block.rows,
@@ -224,12 +230,15 @@ class TruthRows(NamedTuple):
     gains: np.ndarray
 
 
-def local_blocks(prediction, spec) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def local_blocks(
+    prediction, spec, j: int | None = None
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(data rows, fitted sky, fitted RFI) of each block this process holds of a
-    baseline-sharded ``prediction``, real rows only, as numpy."""
+    baseline-sharded ``prediction``, real rows only, as numpy; with ``j``, of each device's
+    block j of rows (``blocks``)."""
     mesh = spec.mesh
     here = jax.process_index()
-    for block in blocks(spec):
+    for block in blocks(spec, j):
         if mesh.devices.flat[block.device].process_index != here or block.stop == block.start:
             continue
         yield (

@@ -158,6 +158,12 @@ def reduced_chi2(
     return total / (2 * jnp.asarray(n_points, total.dtype))
 
 
+def residual_and_chi2(model, vis, flags, noise, n_points) -> tuple[jax.Array, jax.Array]:
+    """``residual`` and ``reduced_chi2`` of some rows, as the export forms them; N: the whole
+    data's points, so that the chi-squared of blocks of rows add up to the data's."""
+    return residual(model, vis, flags), reduced_chi2(model, vis, flags, noise, n_points)
+
+
 def loss(nll: jax.Array, priors: Iterable[jax.Array], n_points) -> jax.Array:
     """Loss = (-log L + sum of priors) / N: the negative log posterior per complex data point.
 

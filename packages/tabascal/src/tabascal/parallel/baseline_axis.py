@@ -843,6 +843,58 @@ def predict(params: joint.ModelParams, constants, spec: ShardedSpec) -> joint.Pr
     return joint.Prediction(v_sky, v_rfi, g, model)
 
 
+def _device_inputs(params: joint.ModelParams, constants, spec: ShardedSpec, name: str) -> dict:
+    """What each device's blocks are computed from, by argument name: (value, partition spec)
+    of the RFI signal's parameters and constants, the geometry with the orbit corrections
+    applied, the frequencies, the RFI groups' tables, the sky's modes and constants, and the
+    gains (synthesised here, replicated). name: the caller, for the error."""
+    if spec.device_geometry and params.orbits is not None:
+        raise ValueError(
+            f"baseline_axis.{name}: orbit corrections given for a model placed with fixed "
+            "orbits (its phase and delays are per device); place a model built with orbits.fit"
+        )
+    phase, delay_us = orbit_corrections.corrected(
+        params.orbits, constants.orbits, constants.phase, constants.delay_us, constants.freq_mhz
+    )
+    geometry = _geometry_partition_spec(spec)
+    return {
+        "rfi_params": (params.rfi, P()),
+        "signal": (
+            joint.corrected_signal(constants, params.orbits),
+            _signal_partition_specs(constants.rfi_signal),
+        ),
+        "phase": (phase, geometry),
+        "delay_us": (delay_us, geometry),
+        "freq_mhz": (constants.freq_mhz, P()),
+        "groups": (constants.groups, _group_partition_specs(constants.groups)),
+        "z": (params.sky.z, (P(AXIS),) * len(params.sky.z)),
+        "sky_c": (constants.sky, _sky_partition_specs(constants.sky)),
+        "g": (gains.forward(params.gains, constants.gains), P()),
+    }
+
+
+def _block_model(rfi, freq_mhz, groups, sky_c, g, parts, spec: ShardedSpec):
+    """One block's (sky, RFI, model) visibilities (B, n_freq, n_time), in the map: rfi, the
+    device's ``device_signal``; parts: the block's (group parts, sky modes, sky parts, (a1,
+    a2))."""
+    group_parts, z_b, sky_b, (a1, a2) = parts
+    v_rfi = _rfi_rows(rfi, freq_mhz, _with_parts(groups, group_parts), spec)
+    v_sky = sky.forward(sky.SkyParams(z_b), _with_sky_parts(sky_c, sky_b))
+    return v_sky, v_rfi, gains.apply(v_sky + v_rfi, g, a1, a2)
+
+
+def _map_devices(device, inputs: dict, out_specs, spec: ShardedSpec):
+    """``device`` over the mesh, called with ``inputs``'s values by name."""
+    names = list(inputs)
+    mapped = jax.shard_map(
+        lambda *values: device(**dict(zip(names, values, strict=True))),
+        mesh=spec.mesh,
+        in_specs=tuple(part for _, part in inputs.values()),
+        out_specs=out_specs,
+    )
+    return mapped(*(value for value, _ in inputs.values()))
+
+
 def blocked_nll(params: joint.ModelParams, constants, data: joint.Data, spec: ShardedSpec):
     """The likelihood's -log L (``likelihood.neg_log_likelihood``) summed block by block.
 
@@ -852,48 +904,65 @@ def blocked_nll(params: joint.ModelParams, constants, data: joint.Data, spec: Sh
     Hessian-vector products hold one block's visibility-shaped intermediates at a time, not
     the device's, for one more forward pass per derivative. The devices' sums are added.
     """
-    if spec.device_geometry and params.orbits is not None:
-        raise ValueError(
-            "baseline_axis.blocked_nll: orbit corrections given for a model placed with fixed "
-            "orbits (its phase and delays are per device); place a model built with orbits.fit"
-        )
-    phase, delay_us = orbit_corrections.corrected(
-        params.orbits, constants.orbits, constants.phase, constants.delay_us, constants.freq_mhz
-    )
-    g = gains.forward(params.gains, constants.gains)
 
     def device(rfi_params, signal, phase, delay_us, freq_mhz, groups, z, sky_c, g, rows):
         rfi = device_signal(rfi_params, signal, phase, delay_us, spec)
 
         def block(parts):
-            group_parts, z_b, sky_b, (a1, a2, vis, flags, noise) = parts
-            v_rfi = _rfi_rows(rfi, freq_mhz, _with_parts(groups, group_parts), spec)
-            v_sky = sky.forward(sky.SkyParams(z_b), _with_sky_parts(sky_c, sky_b))
-            model = gains.apply(v_sky + v_rfi, g, a1, a2)
+            *model_parts, (a1, a2, vis, flags, noise) = parts
+            _, _, model = _block_model(
+                rfi, freq_mhz, groups, sky_c, g, (*model_parts, (a1, a2)), spec
+            )
             return likelihood.neg_log_likelihood(model, vis, flags, noise)
 
         parts = (_block_parts(groups), z, _sky_parts(sky_c), rows)
         per_block = _by_block(lambda p: block(p)[None], parts, spec, remat=True)
         return jax.lax.psum(jnp.sum(per_block), AXIS)
 
-    signal_specs = _signal_partition_specs(constants.rfi_signal)
-    geometry = _geometry_partition_spec(spec)
+    inputs = _device_inputs(params, constants, spec, "blocked_nll")
     rows = (constants.a1, constants.a2, data.vis, data.flags, data.noise)
-    args = {
-        "rfi_params": (params.rfi, P()),
-        "signal": (joint.corrected_signal(constants, params.orbits), signal_specs),
-        "phase": (phase, geometry),
-        "delay_us": (delay_us, geometry),
-        "freq_mhz": (constants.freq_mhz, P()),
-        "groups": (constants.groups, _group_partition_specs(constants.groups)),
-        "z": (params.sky.z, (P(AXIS),) * len(params.sky.z)),
-        "sky_c": (constants.sky, _sky_partition_specs(constants.sky)),
-        "g": (g, P()),
-        "rows": (rows, (P(AXIS),) * len(rows)),
-    }
-    in_specs = tuple(part for _, part in args.values())
-    mapped = jax.shard_map(device, mesh=spec.mesh, in_specs=in_specs, out_specs=P())
-    return mapped(*(value for value, _ in args.values()))
+    inputs["rows"] = (rows, (P(AXIS),) * len(rows))
+    return _map_devices(device, inputs, P(), spec)
+
+
+def _block_of(tree, j, spec: ShardedSpec):
+    """Block ``j`` (a traced index) of a device's per-block arrays (leading axis row_blocks
+    k, ...), each (k, ...); in the map."""
+    return jax.tree.map(lambda x: x[j], _in_blocks(tree, spec.row_blocks))
+
+
+def predict_block(
+    params: joint.ModelParams, constants, j: jax.Array, spec: ShardedSpec
+) -> joint.Prediction:
+    """Block ``j`` (0 to row_blocks - 1) of every device's rows of ``predict``: cubes (n_dev
+    B, n_freq, n_time) on ``P("bl")``, device d's B rows its block j (``results.blocks(spec,
+    j)`` names their data rows); gains replicated. The export takes the blocks in turn, so
+    that it holds one block's cubes at a time; ``j`` is traced, so one program serves every
+    block."""
+
+    def device(rfi_params, signal, phase, delay_us, freq_mhz, groups, z, sky_c, g, rows, j):
+        rfi = device_signal(rfi_params, signal, phase, delay_us, spec)
+        parts = _block_of((_block_parts(groups), z, _sky_parts(sky_c), rows), j[0], spec)
+        return _block_model(rfi, freq_mhz, groups, sky_c, g, parts, spec)
+
+    inputs = _device_inputs(params, constants, spec, "predict_block")
+    g = inputs["g"][0]
+    inputs["rows"] = ((constants.a1, constants.a2), (P(AXIS), P(AXIS)))
+    inputs["j"] = (jnp.reshape(j, (1,)), P())
+    v_sky, v_rfi, model = _map_devices(device, inputs, P(AXIS), spec)
+    return joint.Prediction(v_sky, v_rfi, g, model)
+
+
+def rows_block(x: jax.Array, j: jax.Array, spec: ShardedSpec) -> jax.Array:
+    """Block ``j`` of every device's rows of a ``P("bl")`` per-row array (n_dev row_blocks
+    B, ...): (n_dev B, ...), on ``P("bl")``, as ``predict_block`` orders its rows."""
+    mapped = jax.shard_map(
+        lambda x, j: _block_of(x, j[0], spec),
+        mesh=spec.mesh,
+        in_specs=(P(AXIS), P()),
+        out_specs=P(AXIS),
+    )
+    return mapped(x, jnp.reshape(j, (1,)))
 
 
 def loss(params: joint.ModelParams, inputs, spec: ShardedSpec):

@@ -37,7 +37,7 @@ from jax.sharding import PartitionSpec as P
 
 from tabascal.fitting import optimiser
 from tabascal.model import joint, likelihood, sky
-from tabascal.parallel import blockwise, routes
+from tabascal.parallel import baseline_axis, blockwise, routes
 from tabascal.planning import memory
 
 logger = logging.getLogger(__name__)
@@ -183,12 +183,8 @@ def compile_stages(
         value, aux = loss_fn(params, inputs)
         return value, aux["chi2"]
 
-    def export(prediction, data):
-        residual = likelihood.residual(prediction.model, data.vis, data.flags)
-        chi2 = likelihood.reduced_chi2(
-            prediction.model, data.vis, data.flags, data.noise, data.n_points
-        )
-        return residual, chi2
+    def export(prediction, vis, flags, noise, n_points):
+        return likelihood.residual_and_chi2(prediction.model, vis, flags, noise, n_points)
 
     def stage(name, jitted, args, extra=()):
         start = time.perf_counter()
@@ -217,10 +213,26 @@ def compile_stages(
         # what the fit ends holding.
         opt_state = optimiser.polish_form(state, optimizer).opt_state
         stage("polish", step.jitted, (state._replace(opt_state=opt_state), inputs), opt_state)
+    if getattr(spec, "row_blocks", 1) > 1:
+        # The export takes each device's blocks of rows in turn (job's
+        # _predicted_by_row_block): one block's prediction, then its residual.
+        j = jax.ShapeDtypeStruct((), np.int32)
+        predict_fn = partial(baseline_axis.predict_block, spec=spec)
+        predicted = stage("predict", jax.jit(predict_fn), (params, constants, j), opt_state)
+        prediction = _output_tree(predicted, jax.eval_shape(predict_fn, params, constants, j), mesh)
+        take = jax.jit(partial(baseline_axis.rows_block, spec=spec))
+        rows = [_output_tree(take.lower(x, j).compile(), jax.eval_shape(take, x, j), mesh)
+                for x in (data.vis, data.flags, data.noise)]  # fmt: skip
+        stage(
+            "export", jax.jit(export), (prediction, *rows, data.n_points),
+            extra=(opt_state, prediction, rows),
+        )  # fmt: skip
+        return reports
     predict_fn = partial(r.predict, spec=spec)
     predicted = stage("predict", jax.jit(predict_fn), (params, constants), extra=opt_state)
     prediction = _output_tree(predicted, jax.eval_shape(predict_fn, params, constants), mesh)
-    stage("export", jax.jit(export), (prediction, data), extra=(opt_state, prediction))
+    rows = (data.vis, data.flags, data.noise, data.n_points)
+    stage("export", jax.jit(export), (prediction, *rows), extra=(opt_state, prediction))
     return reports
 
 
