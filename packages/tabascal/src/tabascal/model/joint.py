@@ -262,8 +262,14 @@ def gauss_newton(
     m, u = jax.jvp(model, (params,), (tangent,))
     weighted = jax.jvp(jax.grad(nll), (m,), (u,))[1]
     pulled = jax.vjp(model, params)[1](weighted)[0]
+    return with_prior_curvature(pulled, params, tangent, data.n_points)
+
+
+def with_prior_curvature(pulled: ModelParams, params, tangent, n_points) -> ModelParams:
+    """(J' W J v + P v) / N from the likelihood's part ``pulled`` = J' W J v: the Gauss-Newton
+    product's prior term and normalisation (``gauss_newton``)."""
     curved = jax.jvp(jax.grad(_prior), (params,), (tangent,))[1]
-    n = data.n_points
+    n = jnp.asarray(n_points)
     return jax.tree.map(lambda a, b: (a + b) / n.astype(a.dtype), pulled, curved)
 
 

@@ -925,6 +925,67 @@ def blocked_nll(params: joint.ModelParams, constants, data: joint.Data, spec: Sh
     return _map_devices(device, inputs, P(), spec)
 
 
+#: The device inputs (``_device_inputs``) that depend on the parameters.
+_VARYING = ("rfi_params", "signal", "phase", "delay_us", "z", "g")
+
+
+def blocked_gauss_newton(
+    params: joint.ModelParams, tangent: joint.ModelParams, inputs, spec: ShardedSpec
+) -> joint.ModelParams:
+    """``joint.gauss_newton`` with the likelihood's part summed block by block: J' W J v is
+    the gradient over v of q(v) = sum over blocks of |J_b v|^2 / (2 noise^2) (unflagged), each
+    block's J_b v a forward-mode derivative of its model, rematerialised in reverse mode. So the
+    product holds one block's visibility-shaped tangents at a time, as ``blocked_nll``'s
+    derivatives do."""
+    constants, data = inputs
+
+    def varying(p):
+        full = _device_inputs(p, constants, spec, "blocked_gauss_newton")
+        return {name: full[name][0] for name in _VARYING}
+
+    def device(primals, tangents, freq_mhz, groups, sky_c, rows):
+        keys = ("rfi_params", "signal", "phase", "delay_us")
+        rfi, rfi_dot = jax.jvp(
+            partial(device_signal, spec=spec),
+            tuple(primals[k] for k in keys),
+            tuple(tangents[k] for k in keys),
+        )
+
+        def block(parts):
+            group_parts, z_b, z_dot, sky_b, (a1, a2, flags, noise) = parts
+
+            def model(rfi, z_b, g):
+                parts = (group_parts, z_b, sky_b, (a1, a2))
+                return _block_model(rfi, freq_mhz, groups, sky_c, g, parts, spec)[2]
+
+            primal = (rfi, z_b, primals["g"])
+            _, m_dot = jax.jvp(model, primal, (rfi_dot, z_dot, tangents["g"]))
+            return likelihood.neg_log_likelihood(m_dot, jnp.zeros_like(m_dot), flags, noise)
+
+        parts = (_block_parts(groups), primals["z"], tangents["z"], _sky_parts(sky_c), rows)
+        per_block = _by_block(lambda p: block(p)[None], parts, spec, remat=True)
+        return jax.lax.psum(jnp.sum(per_block), AXIS)
+
+    placed = _device_inputs(params, constants, spec, "blocked_gauss_newton")
+    specs = {name: part for name, (_, part) in placed.items()}
+    rows = (constants.a1, constants.a2, data.flags, data.noise)
+
+    def q(v):
+        primals, tangents = jax.jvp(varying, (params,), (v,))
+        inputs = {
+            "primals": (primals, {name: specs[name] for name in _VARYING}),
+            "tangents": (tangents, {name: specs[name] for name in _VARYING}),
+            "freq_mhz": (constants.freq_mhz, specs["freq_mhz"]),
+            "groups": (constants.groups, specs["groups"]),
+            "sky_c": (constants.sky, specs["sky_c"]),
+            "rows": (rows, (P(AXIS),) * len(rows)),
+        }
+        return _map_devices(device, inputs, P(), spec)
+
+    pulled = jax.grad(q)(tangent)
+    return joint.with_prior_curvature(pulled, params, tangent, data.n_points)
+
+
 def _block_of(tree, j, spec: ShardedSpec):
     """Block ``j`` (a traced index) of a device's per-block arrays (leading axis row_blocks
     k, ...), each (k, ...); in the map."""

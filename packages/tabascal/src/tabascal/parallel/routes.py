@@ -82,6 +82,8 @@ class Route:
         takes it (``polish_curvature: gauss-newton``), else None."""
         if fit_config.polish_curvature != "gauss-newton":
             return None
+        if getattr(spec, "row_blocks", 1) > 1:  # the likelihood's part block by block
+            return partial(baseline_axis.blocked_gauss_newton, spec=spec)
         return partial(self.gauss_newton, spec=spec)
 
 
