@@ -455,11 +455,12 @@ def _predicted_by_row_block(placed, params, noise_mean: float) -> _Outputs:
         chi2_final += float(chi2)
         if first is None:
             first = np.asarray(prediction.gains.addressable_data(0))
+        del prediction, _  # before the next block's: the devices hold one block at a time
 
     def cubes():
+        # Each block's arrays live in its sharded_cubes generator, freed when it is done.
         for j in range(spec.row_blocks):
-            prediction, residual, flags, _ = block(j)
-            yield from results.sharded_cubes(prediction, residual, flags, spec, j)
+            yield from results.sharded_cubes(*block(j)[:3], spec, j)
 
     def fitted_blocks():
         for j in range(spec.row_blocks):

@@ -40,7 +40,8 @@ With ``row_blocks`` k (``ShardedSpec.row_blocks``, ``sharding.row_blocks``) the 
 as for k n_dev devices, each device holding k blocks of B rows, and every map above takes its
 device's blocks in turn; ``loss`` then sums the likelihood block by block (``blocked_nll``), each
 block recomputed in reverse mode, so that derivatives hold one block's visibility-shaped
-intermediates at a time.
+intermediates at a time. The Gauss-Newton product does the same (``blocked_gauss_newton``), and
+the export predicts block j of every device's rows in turn (``predict_block``, ``rows_block``).
 """
 
 from __future__ import annotations
