@@ -797,6 +797,28 @@ def predict_rfi(
     return _keep_rows(vis, spec)
 
 
+def sky_mean_from_data(
+    rfi_params, orbit_params, constants: joint.ModelConstants, vis, flags, spec: ShardedSpec
+) -> jax.Array:
+    """``sky.mean_from_data(vis - predict_rfi(...), flags)`` (n_dev B,) on ``P("bl")``, each
+    device taking its blocks of rows in turn: the sky's data start holds one block's RFI cube
+    at a time. vis, flags: the placed data's (``P("bl")``)."""
+
+    def device(rfi_params, signal, phase, delay_us, freq_mhz, groups, rows):
+        rfi = device_signal(rfi_params, signal, phase, delay_us, spec)
+
+        def block(parts):
+            group_parts, (vis, flags) = parts
+            v_rfi = _rfi_rows(rfi, freq_mhz, _with_parts(groups, group_parts), spec)
+            return sky.mean_from_data(vis - v_rfi, flags)
+
+        return _by_block(block, (_block_parts(groups), rows), spec)
+
+    inputs = _rfi_inputs(rfi_params, orbit_params, constants, spec, "sky_mean_from_data")
+    inputs["rows"] = ((vis, flags), (P(AXIS), P(AXIS)))
+    return _map_devices(device, inputs, P(AXIS), spec)
+
+
 _TABLE_FIELDS = tuple(
     f for f in rfi_vis.GroupTables._fields if f not in ("indices", "rows", "moments", "view")
 )
@@ -844,30 +866,38 @@ def predict(params: joint.ModelParams, constants, spec: ShardedSpec) -> joint.Pr
     return joint.Prediction(v_sky, v_rfi, g, model)
 
 
-def _device_inputs(params: joint.ModelParams, constants, spec: ShardedSpec, name: str) -> dict:
-    """What each device's blocks are computed from, by argument name: (value, partition spec)
-    of the RFI signal's parameters and constants, the geometry with the orbit corrections
-    applied, the frequencies, the RFI groups' tables, the sky's modes and constants, and the
-    gains (synthesised here, replicated). name: the caller, for the error."""
-    if spec.device_geometry and params.orbits is not None:
+def _rfi_inputs(rfi_params, orbit_params, constants, spec: ShardedSpec, name: str) -> dict:
+    """What each device's RFI rows are computed from, by argument name: (value, partition
+    spec) of the RFI signal's parameters and constants, the geometry with the orbit
+    corrections applied, the frequencies and the RFI groups' tables. name: the caller, for the
+    error."""
+    if spec.device_geometry and orbit_params is not None:
         raise ValueError(
             f"baseline_axis.{name}: orbit corrections given for a model placed with fixed "
             "orbits (its phase and delays are per device); place a model built with orbits.fit"
         )
     phase, delay_us = orbit_corrections.corrected(
-        params.orbits, constants.orbits, constants.phase, constants.delay_us, constants.freq_mhz
+        orbit_params, constants.orbits, constants.phase, constants.delay_us, constants.freq_mhz
     )
     geometry = _geometry_partition_spec(spec)
     return {
-        "rfi_params": (params.rfi, P()),
+        "rfi_params": (rfi_params, P()),
         "signal": (
-            joint.corrected_signal(constants, params.orbits),
+            joint.corrected_signal(constants, orbit_params),
             _signal_partition_specs(constants.rfi_signal),
         ),
         "phase": (phase, geometry),
         "delay_us": (delay_us, geometry),
         "freq_mhz": (constants.freq_mhz, P()),
         "groups": (constants.groups, _group_partition_specs(constants.groups)),
+    }
+
+
+def _device_inputs(params: joint.ModelParams, constants, spec: ShardedSpec, name: str) -> dict:
+    """``_rfi_inputs``, and the sky's modes and constants and the gains (synthesised here,
+    replicated): what each device's blocks of the model are computed from."""
+    return {
+        **_rfi_inputs(params.rfi, params.orbits, constants, spec, name),
         "z": (params.sky.z, (P(AXIS),) * len(params.sky.z)),
         "sky_c": (constants.sky, _sky_partition_specs(constants.sky)),
         "g": (gains.forward(params.gains, constants.gains), P()),

@@ -411,8 +411,12 @@ def _placed_sky(config, sky_host, placement, rfi, constants, data, stats, init, 
 
     @jax.jit
     def sky_start(rfi_params, orbits, constants, vis, flags):
-        rfi = baseline_axis.predict_rfi(rfi_params, constants, spec, orbits)
-        mean = sky.mean_from_data(vis - rfi, flags)
+        if spec.row_blocks > 1:  # one block's RFI cube at a time
+            args = (rfi_params, orbits, constants, vis, flags, spec)
+            mean = baseline_axis.sky_mean_from_data(*args)
+        else:
+            rfi = baseline_axis.predict_rfi(rfi_params, constants, spec, orbits)
+            mean = sky.mean_from_data(vis - rfi, flags)
         return mean, jnp.sqrt(jnp.sum(jnp.abs(mean) ** 2) / n_bl)
 
     sky_mean, rms = sky_start(*rfi, constants, data.vis, data.flags)

@@ -173,6 +173,9 @@ def compile_stages(
     reports = []
 
     def setup(params, constants, data):
+        if getattr(spec, "row_blocks", 1) > 1:  # as blockwise's sky start: block by block
+            args = (params.rfi, None, constants, data.vis, data.flags, spec)
+            return baseline_axis.sky_mean_from_data(*args)
         rfi = r.predict_rfi(params.rfi, constants, spec)
         return sky.mean_from_data(data.vis - rfi, data.flags)
 
