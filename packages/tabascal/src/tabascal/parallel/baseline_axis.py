@@ -769,31 +769,8 @@ def predict_rfi(
     """RFI visibilities (n_dev B, n_freq, n_time) on ``P("bl")``, before the gains;
     orbit_params: the orbit corrections, applied to the replicated per-antenna delays before
     the map (None: the orbits as given)."""
-    if spec.device_geometry and orbit_params is not None:
-        raise ValueError(
-            "baseline_axis.predict_rfi: orbit corrections given for a model placed with fixed "
-            "orbits (its phase and delays are per device); place a model built with orbits.fit"
-        )
-    phase, delay_us = orbit_corrections.corrected(
-        orbit_params, constants.orbits, constants.phase, constants.delay_us, constants.freq_mhz
-    )
-    group_specs = _group_partition_specs(constants.groups)
-    geometry = _geometry_partition_spec(spec)
-    signal_specs = _signal_partition_specs(constants.rfi_signal)
-    mapped = jax.shard_map(
-        lambda *args: rfi_block(*args, spec=spec),
-        mesh=spec.mesh,
-        in_specs=(P(), signal_specs, geometry, geometry, P(), group_specs),
-        out_specs=P(AXIS),
-    )
-    vis = mapped(
-        rfi_params,
-        joint.corrected_signal(constants, orbit_params),
-        phase,
-        delay_us,
-        constants.freq_mhz,
-        constants.groups,
-    )
+    inputs = _rfi_inputs(rfi_params, orbit_params, constants, spec, "predict_rfi")
+    vis = _map_devices(partial(rfi_block, spec=spec), inputs, P(AXIS), spec)
     return _keep_rows(vis, spec)
 
 
