@@ -3,6 +3,7 @@ provenance (date, commit, machine, jax version) and where results go."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -10,6 +11,7 @@ import platform
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -179,16 +181,20 @@ def preset_model(
     return model, config, geom
 
 
-def synthetic_model(abstract, *, noise: float = 1.0, seed: int = 0):
+def synthetic_model(abstract, *, noise: float = 1.0, seed: int = 0, progress=None):
     """A concrete ``joint.Model`` with the structure of ``abstract`` (``joint.abstract_model``)
     and data drawn from the model itself: a prior draw of every component through
     ``joint.predict``, plus Gaussian noise of std ``noise`` on each of the real and imaginary
     parts, nothing flagged. The parameters start at the prior mean. Built on the default
-    device, so the visibilities are never made on the host."""
+    device, so the visibilities are never made on the host. The draw takes the phase moments
+    that ``rfi.phase_cache`` keeps on one device (``routes.keep_phase_moments``), as a fit does;
+    the model returned holds none, for a route to place and keep its own. ``progress``, if
+    given, is called with a line after the draw's program is compiled and after it has run."""
     import jax
     import jax.numpy as jnp
 
     from tabascal.model import gains, joint, rfi_signal, sky
+    from tabascal.parallel import routes
 
     spec, c = abstract.spec, abstract.constants
     real = c.phase.dtype
@@ -207,7 +213,20 @@ def synthetic_model(abstract, *, noise: float = 1.0, seed: int = 0):
         re, im = jax.random.normal(key, (2, *model.shape), real)
         return model + noise * jax.lax.complex(re, im)
 
-    vis = observe(truth, constants, keys[3])
+    start = time.perf_counter()
+    kept = routes.keep_phase_moments("none", dataclasses.replace(abstract, constants=constants))
+    draw = observe.lower(truth, kept.constants, keys[3]).compile()
+    if progress:
+        cache = kept.info["rfi_phase_cache"]["kept_mib_per_device"]
+        progress(
+            f"the data's draw compiled in {time.perf_counter() - start:.1f} s "
+            f"(with {cache:.3g} MiB of phase moments kept)"
+        )
+    start = time.perf_counter()
+    vis = jax.block_until_ready(draw(truth, kept.constants, keys[3]))
+    del kept
+    if progress:
+        progress(f"the data drawn in {time.perf_counter() - start:.1f} s")
     data = joint.Data(
         vis=vis,
         flags=jnp.zeros(vis.shape, bool),

@@ -23,7 +23,9 @@ part at 512 stations, is computed once per channel count and handed to both RFI 
 time: the median of the timed steps after ``--warmup`` steps (the first compiles). Each case's
 record is written as soon as it ends, to ``gpu_<time>.json`` under ``--out`` ($OUT by default,
 else benchmarks/results/); a case that fails or runs out of time keeps its ``progress``, the
-stages it reached and when (model built, data drawn, compiled, each step). This process stays on
+stages it reached and when (model built, data drawn, compiled, each step). Each case writes
+those stages as it reaches them to ``gpu_<time>_progress_<channels>_<rfi>.txt`` beside it, which
+stays if the whole session is stopped. This process stays on
 the host's CPU and leaves the accelerator to the cases: one process at a time may hold a TPU.
 """
 
@@ -67,12 +69,12 @@ def _arguments(argv=None):
     parser.add_argument(
         "--row-blocks",
         nargs="+",
-        default=["64=4"],
+        default=None,
         metavar="CHANNELS=K",
         help="channel counts fitted on the baseline axis of the one device with their rows in "
         "K blocks taken in turn (sharding.row_blocks); the others run the plain model "
         "(default 64=4: one device's 64-channel polish needs 203 GB unblocked, 59 GB in 4 "
-        "blocks, by XLA's CPU figures)",
+        "blocks, by XLA's CPU figures; with --tiny 2=2)",
     )
     parser.add_argument("--case-timeout", type=float, default=240.0, help="seconds per case")
     parser.add_argument("--tiny", action="store_true", help="8 stations, 2 channels, CPU-sized")
@@ -80,8 +82,9 @@ def _arguments(argv=None):
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--case", help=argparse.SUPPRESS)  # internal: one case, JSON path
     options = parser.parse_args(argv)
+    blocks_given = options.row_blocks is not None
     try:
-        pairs = [item.split("=") for item in options.row_blocks]
+        pairs = [item.split("=") for item in options.row_blocks or ["64=4"]]
         options.row_blocks = {int(c): int(k) for c, k in pairs}
     except ValueError:
         parser.error(f"--row-blocks takes CHANNELS=K pairs, e.g. 64=4, not {options.row_blocks}")
@@ -91,7 +94,8 @@ def _arguments(argv=None):
         options.preset, options.channels = "demo", [2]
         options.steps, options.warmup = min(options.steps, 5), 1
         options.polish_cg = min(options.polish_cg, 3)
-        options.row_blocks = {2: 2}  # the blocked route's plumbing too
+        if not blocks_given:
+            options.row_blocks = {2: 2}  # the blocked route's plumbing too
     return options
 
 
@@ -101,15 +105,14 @@ def run_case(spec: dict) -> dict:
 
     from tabascal.config import run_config as rc
     from tabascal.fitting import optimiser
-    from tabascal.model import joint
     from tabascal.parallel import routes
     from tabascal.planning import memory
 
-    start = time.perf_counter()
+    start = began = time.perf_counter()
     log = open(spec["progress"], "a", buffering=1)  # line-buffered: lines as they happen
 
     def progress(what: str) -> None:  # where a case that runs out of time had got to
-        log.write(f"{time.perf_counter() - start:8.1f} s  {what}\n")
+        log.write(f"{time.perf_counter() - began:8.1f} s  {what}\n")
 
     progress(f"started on {jax.devices()[0]}")
     with open(spec["geometry"], "rb") as f:
@@ -118,9 +121,7 @@ def run_case(spec: dict) -> dict:
         spec["preset"], spec["channels"], spec["rfi"], spec["extra"], geom=geom
     )
     progress("model built (abstract)")
-    model = _common.synthetic_model(abstract)
-    jax.block_until_ready(model.data.vis)
-    progress("data drawn on the device")
+    model = _common.synthetic_model(abstract, progress=progress)
     after_data = memory.allocator_peak_bytes()
     seconds_setup = time.perf_counter() - start
     # The gradient steps, then a few polish steps of a few conjugate-gradient iterations:
@@ -134,12 +135,16 @@ def run_case(spec: dict) -> dict:
     )
     optimizer = optimiser.make_optimizer(fit_config)
     n_bl = model.spec.n_bl
-    if spec["row_blocks"] > 1:  # the baseline axis on this device alone, its rows in blocks
+    # Placed as a fit places it, with the phase moments rfi.phase_cache keeps: on this device
+    # alone, or on the baseline axis of a mesh of it with its rows in blocks.
+    if spec["row_blocks"] > 1:
         route = routes.route("baseline")
         model = route.place(model, route.make_mesh(1), row_blocks=spec["row_blocks"])
-        step = optimiser.make_step(partial(route.loss, spec=model.spec), optimizer)
     else:
-        step = optimiser.make_step(lambda p, i: joint.loss(p, i, model.spec), optimizer)
+        route = routes.route("none")
+        model = route.place(model, None)
+    progress(f"placed, phase moments kept: {model.info['rfi_phase_cache']}")
+    step = optimiser.make_step(partial(route.loss, spec=model.spec), optimizer)
     inputs = (model.constants, model.data)
     state = optimiser.init_state(model.params, optimizer)
     start = time.perf_counter()
@@ -160,6 +165,7 @@ def run_case(spec: dict) -> dict:
     return {
         "n_bl": n_bl,
         "rfi_groups": model.info["rfi_groups"],
+        "rfi_phase_cache": model.info["rfi_phase_cache"],
         "sky_modes": model.info["sky_modes"],
         "sky_groups": model.info["sky_groups"],
         "step_seconds_median": statistics.median(timed),
@@ -243,7 +249,12 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
         for channels in options.channels:
+            start = time.perf_counter()
             geometry = _geometry_file(options.preset, channels, extra, folder)
+            print(
+                f"{channels:3d} geometry on the host: {time.perf_counter() - start:.1f} s",
+                flush=True,
+            )
             for rfi in options.rfi:
                 spec = {
                     "preset": options.preset, "channels": channels, "rfi": rfi, "extra": extra,
@@ -251,7 +262,7 @@ def main(argv=None) -> None:
                     "polish_steps": options.polish_steps, "polish_cg": options.polish_cg,
                     "row_blocks": options.row_blocks.get(channels, 1),
                     "geometry": str(geometry), "result": str(folder / "result.json"),
-                    "progress": str(folder / f"progress_{channels}_{rfi}.txt"),
+                    "progress": str(out / f"gpu_{stamp}_progress_{channels}_{rfi}.txt"),
                 }  # fmt: skip
                 (folder / "case.json").write_text(json.dumps(spec))
                 record = {**base, "preset": options.preset, "channels": channels, "rfi": rfi,

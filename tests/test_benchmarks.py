@@ -1,6 +1,7 @@
 """The memory benchmark's plumbing: a tiny preset on 2 virtual devices, in its own process."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -299,3 +300,25 @@ def test_gpu_benchmark_fits_each_case_in_its_own_process_and_records_it(tmp_path
     assert record["chi2_after_steps"] < record["chi2_initial"]
     assert len(record["polish_cg_iterations"]) == 1 <= record["polish_cg_iterations"][0] <= 3
     assert record["step_memory"]["temporaries"] > 0 and record["polish_step_memory"]
+    assert record["rfi_phase_cache"]["groups"] == {}  # the tiny hybrid's groups: quadrature
+
+
+def test_gpu_benchmark_keeps_the_phase_moments_as_a_fit_does(tmp_path):
+    """The unblocked case is placed as ``tabascal run`` places a model on one device: the
+    analytic groups' phase moments kept (rfi.phase_cache auto), for the draw and the steps."""
+    command = [
+        sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--tiny", "--rfi", "analytic",
+        "--row-blocks", "2=1", "--skip-kernels", "--steps", "2", "--out", str(tmp_path),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (path,) = tmp_path.glob("gpu_*.json")
+    (record,) = json.loads(path.read_text())
+    assert "error" not in record, record.get("progress")
+    assert record["row_blocks"] == 1 and record["rfi_groups"] == {"analytic t1 f3": 28}
+    cache = record["rfi_phase_cache"]
+    assert cache["groups"]["analytic t1 f3"]["kept"] and cache["kept_mib_per_device"] > 0
+    assert record["chi2_after_steps"] < record["chi2_initial"]
+    (progress,) = tmp_path.glob("gpu_*_progress_2_analytic.txt")
+    drawn = re.search(r"with (\S+) MiB of phase moments kept", progress.read_text())
+    assert float(drawn[1]) == pytest.approx(cache["kept_mib_per_device"], rel=1e-2)  # the draw
