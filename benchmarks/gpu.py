@@ -2,7 +2,8 @@
 and hybrid RFI (step time, allocator peak, reduced chi-squared after a fixed number of steps),
 then the ri_kernels operator benchmark at GPU size.
 
-    python benchmarks/gpu.py --out "$OUT"          # on the H200: about ten minutes
+    python benchmarks/gpu.py --channels 8 --rfi hybrid --out "$OUT"   # the first goal's case
+    python benchmarks/gpu.py --out "$OUT"          # every case: six, each up to --case-timeout
     python benchmarks/gpu.py --tiny --out /tmp/gpu # the same plumbing on a CPU in about a minute
 
 Data: no simulation (it would take far longer than the session). The model is built from the
@@ -76,7 +77,13 @@ def _arguments(argv=None):
         "(default 64=4: one device's 64-channel polish needs 203 GB unblocked, 59 GB in 4 "
         "blocks, by XLA's CPU figures; with --tiny 2=2)",
     )
-    parser.add_argument("--case-timeout", type=float, default=240.0, help="seconds per case")
+    parser.add_argument(
+        "--case-timeout",
+        type=float,
+        default=600.0,
+        help="seconds per case (a bench-512 case builds its model, draws its data and compiles "
+        "two programs before its first step: minutes on a TPU v5e)",
+    )
     parser.add_argument("--tiny", action="store_true", help="8 stations, 2 channels, CPU-sized")
     parser.add_argument("--skip-kernels", action="store_true", help="no ri_kernels benchmark")
     parser.add_argument("--out", type=Path, default=None)
