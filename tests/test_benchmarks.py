@@ -282,17 +282,23 @@ def test_step_pieces_reports_each_piece_and_the_polish_without_the_gradient_stat
     assert sky["grouped"][0]["modes"] == sky["shared_modes"]
 
 
-def test_gpu_benchmark_fits_each_case_in_its_own_process_and_records_it(tmp_path):
-    """The accelerator session's plumbing at its CPU size (2 channels in 2 blocks of rows)."""
+def _tiny_gpu_case(folder, *options) -> dict:
+    """The record of ``gpu.py --tiny --skip-kernels`` with ``options``, one case, run whole."""
     command = [
-        sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--tiny", "--rfi", "hybrid",
-        "--skip-kernels", "--steps", "3", "--out", str(tmp_path),
+        sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--tiny", "--skip-kernels",
+        "--out", str(folder), *options,
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    (path,) = tmp_path.glob("gpu_*.json")
+    (path,) = folder.glob("gpu_*.json")
     (record,) = json.loads(path.read_text())
     assert "error" not in record, record.get("progress")
+    return record
+
+
+def test_gpu_benchmark_fits_each_case_in_its_own_process_and_records_it(tmp_path):
+    """The accelerator session's plumbing at its CPU size (2 channels in 2 blocks of rows)."""
+    record = _tiny_gpu_case(tmp_path, "--rfi", "hybrid", "--steps", "3")
     assert (record["channels"], record["rfi"], record["row_blocks"]) == (2, "hybrid", 2)
     assert "cpu" in record["device"].lower()
     assert len(record["step_seconds"]) == 3 and record["step_seconds_median"] > 0
@@ -306,15 +312,7 @@ def test_gpu_benchmark_fits_each_case_in_its_own_process_and_records_it(tmp_path
 def test_gpu_benchmark_keeps_the_phase_moments_as_a_fit_does(tmp_path):
     """The unblocked case is placed as ``tabascal run`` places a model on one device: the
     analytic groups' phase moments kept (rfi.phase_cache auto), for the draw and the steps."""
-    command = [
-        sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--tiny", "--rfi", "analytic",
-        "--row-blocks", "2=1", "--skip-kernels", "--steps", "2", "--out", str(tmp_path),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (path,) = tmp_path.glob("gpu_*.json")
-    (record,) = json.loads(path.read_text())
-    assert "error" not in record, record.get("progress")
+    record = _tiny_gpu_case(tmp_path, "--rfi", "analytic", "--row-blocks", "2=1", "--steps", "2")
     assert record["row_blocks"] == 1 and record["rfi_groups"] == {"analytic t1 f3": 28}
     cache = record["rfi_phase_cache"]
     assert cache["groups"]["analytic t1 f3"]["kept"] and cache["kept_mib_per_device"] > 0
