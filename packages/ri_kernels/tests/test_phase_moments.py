@@ -429,3 +429,46 @@ def test_fresnel_auxiliary_function_solves_its_equation():
     np.testing.assert_allclose(g[0], 0.5 + 0.5j, rtol=1e-15)
     residual = np.abs(dg + 1 + 1j * np.pi * t * g)
     assert residual.max() < 1e-12 * (1 + np.pi * np.asarray(t) * np.abs(g)).max()
+
+
+# (|c| bound, error, cubic terms chosen on two pieces): a navigation satellite over a few km
+# (1.5 GHz, 10 s integrations: |c| ~ 1e-7 rad); LEOs over a few km in 2 s integrations, held
+# to 1e-9, 1e-7 and 1e-8 of the signal; one at the options' limit.
+FEWEST_CASES = [(1e-7, 1e-6, 0), (1e-3, 1e-9, 1), (4e-3, 1e-7, 1), (0.1, 1e-8, 2), (0.75, 1e-7, 3)]
+
+
+@pytest.mark.parametrize("cubic, error, chosen", FEWEST_CASES)
+def test_fewest_cubic_terms_hold_the_error_they_are_given(cubic, error, chosen):
+    from ri_kernels import cubic_series_error, fewest_cubic_terms
+
+    k = fewest_cubic_terms(cubic, error, segments=2, dtype=np.float64)
+    # The choice by hand: K terms on a piece's residual g = |c| / 8 err by
+    # (g/4)**(K+1)/(K+1)! e^(g/4), K = 0 by |c|: 1e-7 <= 1e-6; 1e-3 > 1e-9 >= 4.9e-10;
+    # 4e-3 > 1e-7 >= 7.8e-9; 4.9e-6 > 1e-8 >= 5.1e-9; 2.1e-6 > 1e-7 >= 1.3e-8.
+    assert k == chosen
+    assert cubic_series_error(cubic if k == 0 else cubic / 8, k) <= error
+    cases = np.array(
+        [
+            [0.3, a, b, sc * cubic]
+            for a in (0.0, 37.0, 1200.0, 9000.0)
+            for b in (0.05, -20.0)
+            for sc in (1.0, -1.0, 0.0)
+        ]
+    )
+    reference = dense_moments(*cases.T)
+
+    def worst(cubic_terms):
+        w = moments(cases, segments=2, terms=6, cubic_terms=cubic_terms)
+        return np.abs(w - reference).max()
+
+    # The moments' error, relative to the signal (|W_m| <= 1), within what was asked and
+    # within the series' bound plus the float64 moments' own 1e-11 or so.
+    # Measured: 2.0e-8, 2.4e-10, 3.8e-9, 3.9e-10, 4.4e-9 against bounds of 1e-7, 4.9e-10,
+    # 7.8e-9, 5.1e-9 and 1.3e-8.
+    found = worst(k)
+    assert found <= error, found
+    assert found <= cubic_series_error(cubic if k == 0 else cubic / 8, k) + 1e-11
+    if k > 0:  # and one term fewer errs by more than was asked: measured 2.0e-4 > 1e-9,
+        # 8.0e-4 > 1e-7, 2.4e-6 > 1e-8, 1.6e-7 > 1e-7
+        fewer = worst(k - 1)
+        assert fewer > error, fewer

@@ -9,7 +9,8 @@ reused at every call. Baseline lists are validated
 once on the host by :func:`make_indices` (several per-device lists at once, sized to what they
 touch, by :func:`make_index_sets`); the table builders make the interpolation tables.
 ``MAX_SEGMENTS``, ``MAX_TERMS`` and ``MAX_CUBIC_TERMS`` bound the analytic operator's options,
-``MAX_COEFFICIENTS`` its monomial coefficients per time stencil.
+``MAX_COEFFICIENTS`` its monomial coefficients per time stencil;
+:func:`fewest_cubic_terms` the fewest cubic terms that phases of a given bound need.
 """
 
 from ri_kernels._analytic import analytic_eval_with_indices
@@ -17,7 +18,13 @@ from ri_kernels._analytic_moments import analytic_moments_with_indices
 from ri_kernels._blocks import DEFAULT_MEMORY_BUDGET_BYTES
 from ri_kernels._indices import BaselineIndices, make_index_sets, make_indices, stack_indices
 from ri_kernels._operators import RFIAnalyticVisOp, RFIInterpVisOp
-from ri_kernels._phase_moments import MAX_CUBIC_TERMS, MAX_SEGMENTS, MAX_TERMS
+from ri_kernels._phase_moments import (
+    MAX_CUBIC_TERMS,
+    MAX_SEGMENTS,
+    MAX_TERMS,
+    cubic_series_error,
+    fewest_cubic_terms,
+)
 from ri_kernels._quadrature import quadrature_eval_with_indices
 from ri_kernels._tables import (
     MAX_COEFFICIENTS,
@@ -43,6 +50,8 @@ __all__ = [
     "__version__",
     "analytic_eval_with_indices",
     "analytic_moments_with_indices",
+    "cubic_series_error",
+    "fewest_cubic_terms",
     "fine_offsets",
     "gauss_legendre_offsets",
     "in_view_stencils",
