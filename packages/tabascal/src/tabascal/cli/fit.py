@@ -420,6 +420,11 @@ def _plan(args: argparse.Namespace) -> int:
         f"{spec.n_ant} antennas, {spec.n_src} satellites"
     )
     print(f"  RFI groups                     {placed.info['rfi_groups']}")
+    for name, options in placed.info.get("rfi_analytic_options", {}).items():
+        print(
+            f"  {name + ' options':<30} {options['segments']} pieces, {options['terms']} "
+            f"curvature terms, {options['cubic_terms']} cubic terms"
+        )
     print(f"  phase moments                  {_phase_cache_line(placed.info['rfi_phase_cache'])}")
     for name, step in steps.items():
         label = "optimisation step" if name == "step" else "polish step"

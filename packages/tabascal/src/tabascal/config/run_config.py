@@ -52,6 +52,7 @@ _RFI = Section(
             "segments",
             "terms",
             "cubic_terms",
+            "analytic_options",
             "memory_budget_mb",
             "phase_cache",
             "phase_cache_mb",

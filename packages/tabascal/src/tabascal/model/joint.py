@@ -489,10 +489,26 @@ def rfi_antenna_factor(meta, in_view: np.ndarray) -> np.ndarray:
     return factor / np.where(rms > 0, rms, 1.0)[None, :, None, None]
 
 
+def _fitted_spec(spec, members, meta, geom: Geometry, snr: float, config: ModelConfig, real):
+    """``spec`` with an analytic group's cubic terms fitted to its own phases."""
+    if spec.operator != "analytic":
+        return spec
+    a1, a2 = np.asarray(meta.a1), np.asarray(meta.a2)
+    antennas = np.unique(np.concatenate([a1[members], a2[members]]))
+    cubic = rfi_vis.cubic_phase_bound(
+        geom.delay_us, antennas, meta.freqs_hz, meta.chan_width, meta.int_time
+    )
+    return rfi_vis.analytic_spec(spec, cubic, snr, config.rfi_vis, real)
+
+
 def _groups(meta, geom: Geometry, snr: float, config: ModelConfig, real, view=None):
     if meta.n_sat == 0:
         return (), (), {}  # no RFI term: predict_rfi gives zeros
     labels, specs = rfi_vis.plan_groups(geom.time_cycles, geom.freq_cycles, snr, config.rfi_vis)
+    specs = tuple(
+        _fitted_spec(spec, labels == g, meta, geom, snr, config, real)
+        for g, spec in enumerate(specs)
+    )
     tables = tuple(
         rfi_vis.make_group_tables(
             spec,
@@ -511,10 +527,7 @@ def _groups(meta, geom: Geometry, snr: float, config: ModelConfig, real, view=No
         for g, spec in enumerate(specs)
     )
     counts = np.bincount(labels, minlength=len(specs))
-    sizes = {
-        f"{s.operator} t{s.n_time_samples} f{s.n_freq_samples}": int(c)
-        for s, c in zip(specs, counts, strict=True)
-    }
+    sizes = {s.name: int(c) for s, c in zip(specs, counts, strict=True)}
     return specs, tables, sizes
 
 
@@ -599,6 +612,7 @@ def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None 
     )
     info = {
         "rfi_groups": group_sizes,
+        "rfi_analytic_options": rfi_vis.analytic_options_report(specs, config.rfi_vis),
         "sky_groups": sky.group_sizes(grid),
         "rfi_snr": snr,
         "rfi_level": rfi_level,

@@ -20,6 +20,7 @@ its own index arrays and writes its rows of the output.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -36,6 +37,16 @@ SAMPLINGS = ("gauss", "midpoint")
 # Whether analytic groups keep their phase moments across steps: within the cache budget
 # (auto), always or never ("on" and "off" would read as booleans in YAML).
 PHASE_CACHES = ("auto", "always", "never")
+# Whether each analytic group takes the fewest pieces and cubic terms its phases need (auto),
+# or the configured ones (fixed).
+ANALYTIC_OPTIONS = ("auto", "fixed")
+# The analytic operator's truncation is held to this fraction of the averaging tolerance, so
+# that it adds little to the fine sampling's error.
+OPERATOR_ERROR_SHARE = 0.1
+# The planned phase bounds are the known orbits'; fitted orbit corrections move a delay's
+# derivatives by a few percent at most (offsets of seconds and kilometres against ranges of
+# hundreds of kilometres), well within this factor.
+PHASE_BOUND_MARGIN = 2.0
 # The time stencil's points are the analytic operator's monomial coefficients, which
 # ri_kernels caps; the frequency stencil takes the same cap.
 MAX_STENCIL = ri_kernels.MAX_COEFFICIENTS
@@ -52,7 +63,10 @@ class RfiVisConfig:
     sampling: fine-sample rule, "gauss" (Gauss-Legendre nodes) or "midpoint".
     time_stencil: Lagrange points per time stencil (quadrature) and coefficients (analytic).
     freq_stencil: Lagrange points per frequency stencil.
-    segments, terms, cubic_terms: options of the analytic operator (see ri_kernels).
+    segments, terms, cubic_terms: options of the analytic operator (see ri_kernels); under
+      ``analytic_options`` "auto" cubic_terms is the most a group takes.
+    analytic_options: "auto": each analytic group takes the fewest cubic terms its own phases
+      need (``analytic_spec``), at most ``cubic_terms``; "fixed": ``cubic_terms`` as set.
     max_groups: most groups (compiled operator calls); the smallest are merged upwards.
     memory_budget_mb: fine-grid working memory of each operator call (MiB), which sets how many
       cells (and baselines) the operators evaluate at once. On the baseline axis each device
@@ -110,6 +124,18 @@ class RfiVisConfig:
     cubic_terms: int = option_field(
         3, "analytic operator: cubic-phase terms", min=0, max=ri_kernels.MAX_CUBIC_TERMS
     )
+    # Navigation satellites' delays barely bend within an integration: one cubic term or none
+    # holds their moments to the tolerance. A float32 forward evaluation at 32 satellites,
+    # 7 time points and 7 frequency samples (0.47 us per element with 3 terms on this 2-core
+    # machine, 2026-12-06) took 0.30 us with none; on a TPU v5e (31 ns) 29 ns with one. Fewer
+    # pieces would halve the CPU's moment work too, but ran twice as slow on the TPU, so
+    # segments stays as set.
+    analytic_options: str = option_field(
+        "auto",
+        "analytic operator's cubic-phase terms: the fewest each group's phases need, at most "
+        "rfi.cubic_terms (auto), or rfi.cubic_terms as set (fixed)",
+        choices=ANALYTIC_OPTIONS,
+    )
     max_groups: int = option_field(4, "most baseline groups (compiled operator calls)", min=1)
     memory_budget_mb: float = option_field(
         ri_kernels.DEFAULT_MEMORY_BUDGET_BYTES / 2**20,
@@ -163,6 +189,13 @@ class GroupSpec:
     operator: str  # "quadrature" or "analytic"
     n_time_samples: int  # fine samples per integration (1 for analytic: time is exact)
     n_freq_samples: int  # fine samples per channel
+    # Analytic groups: the operator's cubic-phase terms; None takes the configuration's.
+    cubic_terms: int | None = None
+
+    @property
+    def name(self) -> str:
+        """The group's name in summary.json (``rfi_groups``, ``rfi_phase_cache``)."""
+        return f"{self.operator} t{self.n_time_samples} f{self.n_freq_samples}"
 
 
 class GroupTables(NamedTuple):
@@ -360,13 +393,67 @@ def _grid(tables: GroupTables, freq_mhz) -> tuple:
     )
 
 
-def _analytic_options(config: RfiVisConfig) -> dict:
+def _analytic_options(spec: GroupSpec, config: RfiVisConfig) -> dict:
     return {
         "segments": config.segments,
         "terms": config.terms,
-        "cubic_terms": config.cubic_terms,
+        "cubic_terms": config.cubic_terms if spec.cubic_terms is None else spec.cubic_terms,
         "memory_budget_bytes": config.memory_budget_bytes,
     }
+
+
+def analytic_options_report(specs, config: RfiVisConfig) -> dict:
+    """Each analytic group's operator options (pieces, curvature and cubic terms), by the
+    group's name in ``rfi_groups``, for summary.json and ``tabascal plan``."""
+    report = {}
+    for spec in specs:
+        if spec.operator == "analytic":
+            options = _analytic_options(spec, config)
+            report[spec.name] = {k: options[k] for k in ("segments", "terms", "cubic_terms")}
+    return report
+
+
+def cubic_phase_bound(delay_us, antennas, freqs_hz, chan_width: float, int_time: float):
+    """The largest |c| (rad) of the phase cubics ``phi0 + a x + b x**2 + c x**3`` of the pairs
+    among ``antennas`` in any integration, at the top of the band: the analytic operator's
+    ``c = (pi / 3) nu d3 (T/2)**3``, d3 a pair's difference of the delays' third time
+    derivatives (us/s**3), nu in MHz, T the integration time (s).
+
+    delay_us: (n_ant, n_src, n_time, n_deriv + 1) delays and their time derivatives; the
+    spread of d3 over the antennas bounds every pair's difference. Without a third derivative
+    the bound is zero.
+    """
+    d = np.asarray(delay_us)
+    if d.shape[-1] < 4 or len(antennas) == 0:
+        return 0.0
+    d3 = d[np.asarray(antennas), ..., 3]
+    spread = float((d3.max(axis=0) - d3.min(axis=0)).max(initial=0.0))
+    nu = (float(np.max(freqs_hz)) + chan_width / 2) * 1e-6
+    return math.pi / 3 * nu * (int_time / 2) ** 3 * spread
+
+
+def analytic_spec(spec: GroupSpec, cubic: float, snr: float, config: RfiVisConfig, dtype):
+    """An analytic group's spec with the fewest cubic terms its phases need
+    (``ri_kernels.fewest_cubic_terms``), under ``config.analytic_options`` "auto"; else
+    ``spec`` as it is.
+
+    cubic: the largest |c| of the group's phases (``cubic_phase_bound``), taken
+    ``PHASE_BOUND_MARGIN`` times over for fitted orbit corrections. snr: largest RFI power
+    over the noise: the truncation is held within ``OPERATOR_ERROR_SHARE`` of
+    ``config.tolerance`` of the noise, relative to the signal ``tolerance share / snr``.
+    dtype: the model's real dtype.
+    """
+    if spec.operator != "analytic" or config.analytic_options == "fixed":
+        return spec
+    error = OPERATOR_ERROR_SHARE * config.tolerance / snr if snr > 0 else math.inf
+    cubic_terms = ri_kernels.fewest_cubic_terms(
+        PHASE_BOUND_MARGIN * cubic,
+        error,
+        segments=config.segments,
+        cubic_terms=config.cubic_terms,
+        dtype=dtype,
+    )
+    return dataclasses.replace(spec, cubic_terms=cubic_terms)
 
 
 def evaluate_group(
@@ -393,7 +480,7 @@ def evaluate_group(
         )
     return ri_kernels.analytic_eval_with_indices(
         *signal,
-        **_analytic_options(config),
+        **_analytic_options(spec, config),
         moments=tables.moments,
         view=tables.view,
         amp_factor=amp_factor,
@@ -461,8 +548,7 @@ def phase_cache_report(
     groups = {}
     for spec, size, kept in zip(specs, sizes_bytes, keep, strict=True):
         if spec.operator == "analytic":
-            name = f"{spec.operator} t{spec.n_time_samples} f{spec.n_freq_samples}"
-            groups[name] = {"kept": bool(kept), "mib_per_device": size / 2**20}
+            groups[spec.name] = {"kept": bool(kept), "mib_per_device": size / 2**20}
     return {
         "mode": config.phase_cache,
         "budget_mib": budget[0] / 2**20,
@@ -479,7 +565,7 @@ def group_moments(spec: GroupSpec, tables: GroupTables, phase, delay_us, freq_mh
         phase,
         delay_us,
         *_grid(tables, freq_mhz),
-        **_analytic_options(config),
+        **_analytic_options(spec, config),
         view=tables.view,
     )
 
