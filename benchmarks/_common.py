@@ -160,17 +160,19 @@ def preset_model(
     *,
     noise: float = 1.0,
     geom=None,
+    config_extra: dict | None = None,
 ):
     """The abstract model of a preset (metadata only) with prior scales that match data of
     unit noise: the RFI level gives |V| ~ snr noise on the shortest baselines, as the group
-    planning assumes. Returns (abstract model, run configuration, geometry)."""
+    planning assumes; config_extra overrides the run configuration. Returns (abstract model,
+    run configuration, geometry)."""
     from tabascal.config import run_config as rc
     from tabascal.model import joint
     from tabascal.simulate import presets
 
     scene = presets.observation_scene(preset, preset_overrides(channels, extra))
     snr = presets.expected_snr(scene)
-    config = run_config(rfi)
+    config = run_config(rfi, extra=config_extra)
     model_config = rc.model_config(config)
     if geom is None:
         geom = joint.observation_geometry(scene.meta, model_config)

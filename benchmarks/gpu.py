@@ -84,6 +84,13 @@ def _arguments(argv=None):
         help="seconds per case (a bench-512 case builds its model, draws its data and compiles "
         "two programs before its first step: minutes on a TPU v5e)",
     )
+    parser.add_argument(
+        "--analytic-options",
+        default="auto",
+        choices=("auto", "fixed"),
+        help="rfi.analytic_options: the analytic group's pieces and cubic terms fitted to its "
+        "phases (auto, the default), or the configured ones (fixed)",
+    )
     parser.add_argument("--tiny", action="store_true", help="8 stations, 2 channels, CPU-sized")
     parser.add_argument("--skip-kernels", action="store_true", help="no ri_kernels benchmark")
     parser.add_argument("--out", type=Path, default=None)
@@ -125,8 +132,9 @@ def run_case(spec: dict) -> dict:
     with open(spec["geometry"], "rb") as f:
         geom = pickle.load(f)
     abstract, config, _ = _common.preset_model(
-        spec["preset"], spec["channels"], spec["rfi"], spec["extra"], geom=geom
-    )
+        spec["preset"], spec["channels"], spec["rfi"], spec["extra"], geom=geom,
+        config_extra={"rfi": {"analytic_options": spec["analytic_options"]}},
+    )  # fmt: skip
     progress("model built (abstract)")
     model = _common.synthetic_model(abstract, progress=progress)
     after_data = memory.allocator_peak_bytes()
@@ -173,6 +181,7 @@ def run_case(spec: dict) -> dict:
         "n_bl": n_bl,
         "rfi_groups": model.info["rfi_groups"],
         "rfi_phase_cache": model.info["rfi_phase_cache"],
+        "rfi_analytic_options": model.info["rfi_analytic_options"],
         "sky_modes": model.info["sky_modes"],
         "sky_groups": model.info["sky_groups"],
         "step_seconds_median": statistics.median(timed),
@@ -185,7 +194,9 @@ def run_case(spec: dict) -> dict:
         "allocator_peak_bytes": memory.allocator_peak_bytes(),
         "allocator_peak_bytes_after_data": after_data,
         "step_memory": memory.stage_memory(programs["gradient"]).as_dict(),
-        "polish_step_memory": memory.stage_memory(programs["polish"]).as_dict(),
+        "polish_step_memory": (
+            memory.stage_memory(programs["polish"]).as_dict() if "polish" in programs else None
+        ),
         "seconds_setup": seconds_setup,
         "seconds_compile": seconds_compile,
         "device": str(jax.devices()[0]),
@@ -268,6 +279,7 @@ def main(argv=None) -> None:
                     "steps": options.steps, "warmup": options.warmup,
                     "polish_steps": options.polish_steps, "polish_cg": options.polish_cg,
                     "row_blocks": options.row_blocks.get(channels, 1),
+                    "analytic_options": options.analytic_options,
                     "geometry": str(geometry), "result": str(folder / "result.json"),
                     "progress": str(out / f"gpu_{stamp}_progress_{channels}_{rfi}.txt"),
                 }  # fmt: skip

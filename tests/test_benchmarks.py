@@ -314,9 +314,28 @@ def test_gpu_benchmark_keeps_the_phase_moments_as_a_fit_does(tmp_path):
     analytic groups' phase moments kept (rfi.phase_cache auto), for the draw and the steps."""
     record = _tiny_gpu_case(tmp_path, "--rfi", "analytic", "--row-blocks", "2=1", "--steps", "2")
     assert record["row_blocks"] == 1 and record["rfi_groups"] == {"analytic t1 f3": 28}
+    # navigation satellites over 8 stations: no cubic terms (rfi.analytic_options auto)
+    assert record["rfi_analytic_options"]["analytic t1 f3"]["cubic_terms"] == 0
     cache = record["rfi_phase_cache"]
     assert cache["groups"]["analytic t1 f3"]["kept"] and cache["kept_mib_per_device"] > 0
     assert record["chi2_after_steps"] < record["chi2_initial"]
     (progress,) = tmp_path.glob("gpu_*_progress_2_analytic.txt")
     drawn = re.search(r"with (\S+) MiB of phase moments kept", progress.read_text())
     assert float(drawn[1]) == pytest.approx(cache["kept_mib_per_device"], rel=1e-2)  # the draw
+
+
+def test_analytic_options_benchmark_times_every_option_set_at_every_budget(tmp_path):
+    out = tmp_path / "options.json"
+    command = [
+        sys.executable, str(ROOT / "benchmarks" / "analytic_options.py"), "--antennas", "3",
+        "--rounds", "2", "--options", "2,3", "1,0", "--budgets-mb", "1", "64", "--out", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert record["dims"]["elements"] == 3 * 30 * 32 * 7 and record["commit"]
+    sets = [(r["segments"], r["cubic_terms"], r["memory_budget_mb"]) for r in record["results"]]
+    assert sets == [(2, 3, 1.0), (1, 0, 1.0), (2, 3, 64.0), (1, 0, 64.0)]
+    for row in record["results"]:
+        assert len(row["forward_s"]) == len(row["value_and_grad_s"]) == 2
+        assert row["forward_ns_per_element"] > 0 and row["value_and_grad_ns_per_element"] > 0

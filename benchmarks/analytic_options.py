@@ -1,0 +1,159 @@
+"""The analytic operator's cost against its options: pieces (segments) and cubic-phase terms.
+
+    python benchmarks/analytic_options.py                # 16 antennas, this machine
+    python benchmarks/analytic_options.py --antennas 48 --budgets-mb 64 256 1024  # a TPU
+
+The shape of the benchmarks' analytic groups (bench-96 and bench-512: 32 satellites, a
+7-point time stencil, so 13 phase moments, and 7 Gauss-Legendre frequency samples per
+channel), one channel of 30 integrations of 10 s, float32 with jax's 64-bit mode off, as
+shipped. The delays are navigation satellites' over an array a few km across: derivatives of
+about 2e-3 us/s and 3e-7 us/s^2, no third, so every element takes the curvature expansion,
+as the benchmarks' do. Each option set's forward evaluation and value-and-gradient (with
+respect to the signal) are compiled, run once, then timed in interleaved rounds; the median
+is reported per element (baseline x cell x satellite x frequency sample). ``rfi.
+analytic_options`` "auto" lowers the cubic terms to what a group's phases need; this says
+what that buys on the machine at hand. ``--budgets-mb`` repeats every option set at each
+working-memory budget per block (``rfi.memory_budget_mb``), which sets the blocks' size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common
+
+# (segments, cubic_terms): the configured default first.
+OPTIONS = ("2,3", "2,2", "2,1", "2,0", "1,3", "1,0")
+N_RFI, N_TIME, N_FREQ_SAMPLES, N_COEF, INT_TIME_S, CHAN_MHZ = 32, 30, 7, 7, 10.0, 0.01
+
+
+def _arguments(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--antennas", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=5, help="timed runs of each option set")
+    parser.add_argument(
+        "--options", nargs="+", default=list(OPTIONS), metavar="SEGMENTS,CUBIC_TERMS"
+    )
+    parser.add_argument(
+        "--budgets-mb",
+        nargs="+",
+        type=float,
+        default=[256.0],
+        help="working memory per block (MiB; rfi.memory_budget_mb, 256 by default)",
+    )
+    parser.add_argument("--out", type=Path, default=None, help="JSON path (default results/)")
+    return parser.parse_args(argv)
+
+
+def _scene(n_ant: int, seed: int = 0):
+    import numpy as np
+
+    import ri_kernels
+
+    rng = np.random.default_rng(seed)
+    shape = (n_ant, N_RFI, 1, N_TIME)
+    amp = (rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(np.complex64)
+    phase = rng.uniform(0, 2 * np.pi, shape).astype(np.float32)
+    delay = np.zeros((n_ant, N_RFI, N_TIME, 4), np.float32)
+    delay[..., 0] = rng.uniform(-30, 30, delay.shape[:3])
+    delay[..., 1] = rng.normal(0, 2e-3, delay.shape[:3])
+    delay[..., 2] = rng.normal(0, 3e-7, delay.shape[:3])
+    dnu, scale = ri_kernels.gauss_legendre_offsets(CHAN_MHZ, N_FREQ_SAMPLES, np.float32)
+    w_freq, start_freq = ri_kernels.lagrange_stencils(1, dnu / CHAN_MHZ, 1, np.float32)
+    g_time, start_time = ri_kernels.monomial_stencils(N_TIME, N_COEF, np.float32)
+    freq = np.array([1227.6], np.float32)
+    a1, a2 = np.triu_indices(n_ant, 1)
+    indices = ri_kernels.make_indices(n_ant, a1, a2)
+    tables = (w_freq * scale, start_freq, g_time, start_time, dnu, np.float32(INT_TIME_S), freq)
+    return indices, amp, (phase, delay, *tables), a1.size
+
+
+def _programs(indices, amp, rest, segments, cubic_terms, budget_mb):
+    import jax
+    import jax.numpy as jnp
+
+    import ri_kernels
+
+    def vis(amp):
+        return ri_kernels.analytic_eval_with_indices(
+            indices,
+            amp,
+            *rest,
+            segments=segments,
+            cubic_terms=cubic_terms,
+            memory_budget_bytes=int(budget_mb * 2**20),
+        )
+
+    def loss(amp):
+        v = vis(amp)
+        return jnp.sum(v.real**2 + v.imag**2)
+
+    return {
+        "forward": jax.jit(vis).lower(amp).compile(),
+        "value_and_grad": jax.jit(jax.value_and_grad(loss)).lower(amp).compile(),
+    }
+
+
+def main(argv=None) -> None:
+    options = _arguments(argv)
+    import jax
+
+    indices, amp, rest, n_bl = _scene(options.antennas)
+    elements = n_bl * N_TIME * N_RFI * N_FREQ_SAMPLES
+    sets = [
+        (*(int(v) for v in o.split(",")), budget)
+        for budget in options.budgets_mb
+        for o in options.options
+    ]
+    programs = {}
+    times = {(o, mode): [] for o in sets for mode in ("forward", "value_and_grad")}
+    for o in sets:  # compiled and run once; the first run's time said as it comes
+        programs[o] = _programs(indices, amp, rest, *o)
+        for mode, fn in programs[o].items():
+            start = time.perf_counter()
+            jax.block_until_ready(fn(amp))
+            first = (time.perf_counter() - start) / elements * 1e9
+            print(f"  {o}: {mode} first run {first:.1f} ns per element", flush=True)
+    for _ in range(options.rounds):  # interleaved, so that load falls on every set alike
+        for o in sets:
+            for mode, fn in programs[o].items():
+                start = time.perf_counter()
+                jax.block_until_ready(fn(amp))
+                times[o, mode].append(time.perf_counter() - start)
+    print(f"{n_bl} baselines, {elements} elements, on {jax.devices()[0].platform}")
+    print(f"{'segments':>8} {'cubic':>5} {'MiB':>6} {'forward ns/el':>14} {'value+grad ns/el':>17}")
+    rows = []
+    for o in sets:
+        row = {"segments": o[0], "cubic_terms": o[1], "memory_budget_mb": o[2]}
+        for mode in ("forward", "value_and_grad"):
+            row[f"{mode}_s"] = times[o, mode]
+            row[f"{mode}_ns_per_element"] = statistics.median(times[o, mode]) / elements * 1e9
+        print(
+            f"{o[0]:8d} {o[1]:5d} {o[2]:6g} {row['forward_ns_per_element']:14.1f} "
+            f"{row['value_and_grad_ns_per_element']:17.1f}"
+        )
+        rows.append(row)
+    record = {
+        **_common.provenance(["benchmarks/analytic_options.py", *(argv or sys.argv[1:])]),
+        "dims": {
+            "n_ant": options.antennas,
+            "n_bl": n_bl,
+            "n_rfi": N_RFI,
+            "n_time": N_TIME,
+            "n_freq_samples": N_FREQ_SAMPLES,
+            "n_coef": N_COEF,
+            "elements": elements,
+        },
+        "rounds": options.rounds,
+        "results": rows,
+    }
+    print(f"wrote {_common.write_json(record, options.out, 'analytic_options')}")
+
+
+if __name__ == "__main__":
+    main()
