@@ -37,8 +37,8 @@ SAMPLINGS = ("gauss", "midpoint")
 # Whether analytic groups keep their phase moments across steps: within the cache budget
 # (auto), always or never ("on" and "off" would read as booleans in YAML).
 PHASE_CACHES = ("auto", "always", "never")
-# Whether each analytic group takes the fewest pieces and cubic terms its phases need (auto),
-# or the configured ones (fixed).
+# Whether each analytic group takes the fewest cubic-phase terms its phases need (auto), or
+# the configured ones (fixed).
 ANALYTIC_OPTIONS = ("auto", "fixed")
 # The analytic operator's truncation is held to this fraction of the averaging tolerance, so
 # that it adds little to the fine sampling's error.
@@ -125,11 +125,11 @@ class RfiVisConfig:
         3, "analytic operator: cubic-phase terms", min=0, max=ri_kernels.MAX_CUBIC_TERMS
     )
     # Navigation satellites' delays barely bend within an integration: one cubic term or none
-    # holds their moments to the tolerance. A float32 forward evaluation at 32 satellites,
-    # 7 time points and 7 frequency samples (0.47 us per element with 3 terms on this 2-core
-    # machine, 2026-12-06) took 0.30 us with none; on a TPU v5e (31 ns) 29 ns with one. Fewer
-    # pieces would halve the CPU's moment work too, but ran twice as slow on the TPU, so
-    # segments stays as set.
+    # holds their moments to the tolerance. At 32 satellites, 7 time points and 7 frequency
+    # samples, float32 (benchmarks/analytic_options.py, 2026-12-06), three terms took 523 ns
+    # forward and 827 ns with the gradient per element on this 2-core machine, one 321 and
+    # 546 ns; on a TPU v5e 31 and 68 ns, one 29 and 63 ns. One piece instead of two would
+    # halve the CPU's forward work but doubled the TPU's, so segments stays as set.
     analytic_options: str = option_field(
         "auto",
         "analytic operator's cubic-phase terms: the fewest each group's phases need, at most "
