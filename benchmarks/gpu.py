@@ -88,8 +88,8 @@ def _arguments(argv=None):
         "--analytic-options",
         default="auto",
         choices=("auto", "fixed"),
-        help="rfi.analytic_options: the analytic group's pieces and cubic terms fitted to its "
-        "phases (auto, the default), or the configured ones (fixed)",
+        help="rfi.analytic_options: the analytic group's cubic-phase terms fitted to its "
+        "phases (auto, the default), or rfi.cubic_terms as set (fixed)",
     )
     parser.add_argument("--tiny", action="store_true", help="8 stations, 2 channels, CPU-sized")
     parser.add_argument("--skip-kernels", action="store_true", help="no ri_kernels benchmark")
