@@ -37,7 +37,9 @@ from ri_kernels._phase_moments import (
     MAX_TERMS,
     Cubic,
     TurnsCubic,
-    cubic_moments_by_order,
+    from_elements,
+    laid_moments,
+    to_elements,
 )
 
 _FN = "analytic_eval_with_indices"
@@ -203,15 +205,20 @@ def _phase_turns(ends, cells):
 def _moments(ends, cells, n_mom, options, n_slopes=0):
     """The phase moments of the pairs of :class:`_PairEnds` ``ends``, formed in one pass:
     W_0..W_{n_mom-1} named _MOMENTS and W_{n_mom}..W_{n_mom+n_slopes-1} named _SLOPES (None
-    without ``n_slopes``), complex (count, B, C, n_rfi, n_int_f) arrays in amp's dtype."""
+    without ``n_slopes``), complex (count,) + element layout arrays in amp's dtype: the
+    :func:`~ri_kernels._phase_moments.to_elements` of (count, B, C, n_rfi, n_int_f)."""
     real = ends.phase_p.dtype
     cubic = _phase_cubic(ends, cells)
+    laid = jax.tree.map(lambda v: to_elements(v, 0), cubic)
     if cells.view_centre is None:
-        re, im = cubic_moments_by_order(cubic, n_mom + n_slopes, **options)
+        re, im = laid_moments(laid, n_mom + n_slopes, **options)
     else:
-        centre, half = (v.astype(cubic.b.dtype) for v in (cells.view_centre, cells.view_half))
-        moved = _in_view_cubic(cubic, centre, half)
-        in_y = cubic_moments_by_order(moved, n_mom + n_slopes, **options)
+        centre, half = (
+            to_elements(jnp.broadcast_to(v.astype(cubic.b.dtype), cubic.b.shape), 0)
+            for v in (cells.view_centre, cells.view_half)
+        )
+        moved = _in_view_cubic(laid, centre, half)
+        in_y = laid_moments(moved, n_mom + n_slopes, **options)
         re, im = _from_view(*in_y, centre, half)
 
     def named(orders, name):
@@ -222,6 +229,11 @@ def _moments(ends, cells, n_mom, options, n_slopes=0):
 
     slopes = named(slice(n_mom, None), _SLOPES) if n_slopes else None
     return named(slice(0, n_mom), _MOMENTS), slopes
+
+
+def _block_shape(ends, cells):
+    """(B, C, n_rfi, n_int_f): the shape of a block's elements."""
+    return (*ends.phase_p.shape[:-1], cells.dnu_mhz.shape[0])
 
 
 def _in_view_cubic(cubic, centre, half):
@@ -295,7 +307,8 @@ def _pair_sum(coef_p, conj_q, ends, cells, n_mom, options):
     would be saved twice, or the latter formed again in reverse mode.
     """
     w, _ = _moments(ends, cells, n_mom, options)
-    return _products(coef_p, conj_q, w)
+    total = _products(to_elements(coef_p, 1), to_elements(conj_q, 1), w)
+    return from_elements(total, 0, coef_p.shape[1:])
 
 
 @functools.partial(_pair_sum.defjvp, symbolic_zeros=True)
@@ -308,12 +321,15 @@ def _pair_sum_jvp(n_mom, options, primals, tangents):
     # carry no winding: their cubic needs no two-float arithmetic, and is formed in rad.
     n_slopes = (3 if options["cubic_terms"] else 2) if any(moves[2:]) else 0
     w, slopes = _moments(ends, cells, n_mom, options, n_slopes)
+    # The sums run in the moments' element layout; only their results are laid back.
+    shape = coef_p.shape[1:]
+    coef_p, conj_q = to_elements(coef_p, 1), to_elements(conj_q, 1)
     total = _products(coef_p, conj_q, w)
     tangent = []
     if not isinstance(d_coef_p, SymbolicZero):
-        tangent.append(_products(d_coef_p, conj_q, w))
+        tangent.append(_products(to_elements(d_coef_p, 1), conj_q, w))
     if not isinstance(d_conj_q, SymbolicZero):
-        tangent.append(_products(coef_p, d_conj_q, w))
+        tangent.append(_products(coef_p, to_elements(d_conj_q, 1), w))
     if any(moves):
         d_p, d_q, d_delay_p, d_delay_q = (
             t if move else jnp.zeros_like(x) for x, t, move in zip(ends, d_ends, moves, strict=True)
@@ -321,9 +337,12 @@ def _pair_sum_jvp(n_mom, options, primals, tangents):
         d_cubic = _radian_cubic(d_p - d_q, d_delay_p - d_delay_q, cells)[: n_slopes + 1]
         extended = w if slopes is None else jnp.concatenate([w, slopes])
         real = ends.phase_p.dtype
-        d_w = 1j * sum(extended[k : k + n_mom] * t.astype(real) for k, t in enumerate(d_cubic))
+        d_w = 1j * sum(
+            extended[k : k + n_mom] * to_elements(t.astype(real), 0) for k, t in enumerate(d_cubic)
+        )
         tangent.append(_products(coef_p, conj_q, d_w))
-    return total, sum(tangent) if tangent else jnp.zeros_like(total)
+    total = from_elements(total, 0, shape)
+    return total, from_elements(sum(tangent), 0, shape) if tangent else jnp.zeros_like(total)
 
 
 def _bytes_per_pair_cell(amp, n_int_f, n_mom, segments, terms, cubic_terms):
@@ -363,7 +382,7 @@ def _moments_of_block(signal, tables, int_time, p, q, cell_f, cell_t, n_mom, opt
     """The phase moments W_0..W_{n_mom-1} of a block's pairs and cells: a complex
     (n_mom, B, C, n_rfi, n_int_f) array in amp's dtype."""
     ends, cells = _pair_ends(signal, tables, int_time, p, q, cell_f, cell_t)
-    return _moments(ends, cells, n_mom, options)[0]
+    return from_elements(_moments(ends, cells, n_mom, options)[0], 1, _block_shape(ends, cells))
 
 
 def _signal(amp, phase, delay_us, amp_factor=None):

@@ -82,6 +82,14 @@ _CHUNK = 1024
 # benchmark, 2-core machine: value-and-gradient 0.48-0.95 s against 0.61-0.98 s with one
 # loop, interleaved runs at load 1.6-3.5).
 _CPU_LOOPS = 2
+# Elements off the CPU lie in (rows, _LANES) arrays, rows a multiple of _SUBLANES: a TPU
+# vector register's (8, 128) tile. As one flat axis, every array with a short axis before
+# it (the pieces, the moments in the loops' stacked outputs) filled a fraction of its tiles:
+# a TPU v5e's moments took 13.3 ns per element flat and 8.9 in rows (2 pieces, 1 cubic term,
+# 2^20 elements, float32; .tpu layout probe, recorded in docs/benchmarks.md). The CPU keeps
+# one flat axis, which its blocks (_CPU_BLOCK) are cut from.
+_LANES = 128
+_SUBLANES = 8
 
 
 class Cubic(NamedTuple):
@@ -174,11 +182,48 @@ def cubic_moments_by_order(
     On XLA's CPU backend, writing the moments with a trailing axis of a complex array
     interleaves them element by element: a tenth of the moments' time at the CPU benchmark.
     """
+    shape = jnp.broadcast_shapes(*(v.shape for v in cubic))
+    laid = jax.tree.map(lambda v: to_elements(jnp.broadcast_to(v, shape), 0), cubic)
+    re, im = laid_moments(laid, n_moments, segments=segments, terms=terms, cubic_terms=cubic_terms)
+    return from_elements(re, 1, shape), from_elements(im, 1, shape)
+
+
+def laid_moments(cubic, n_moments: int, *, segments: int = 2, terms: int = 6, cubic_terms: int = 3):
+    """:func:`cubic_moments_by_order` of a cubic whose arrays are already in the
+    :func:`element_layout` (from :func:`to_elements`): (n_moments,) + that layout, for
+    callers that go on working elementwise in it."""
     _check_options(n_moments, segments, terms, cubic_terms, _MAX_MOMENTS + _SLOPE_MOMENTS)
-    shape = cubic[0].shape
-    flat = jax.tree.map(lambda v: jnp.broadcast_to(v, shape).ravel(), cubic)
-    re, im = _flat(flat, n_moments, segments, terms, cubic_terms)
-    return re.reshape(n_moments, *shape), im.reshape(n_moments, *shape)
+    return _flat(cubic, n_moments, segments, terms, cubic_terms)
+
+
+def element_layout(size: int) -> tuple[int, ...]:
+    """The element axes that ``size`` elements are worked in: (size,) on the CPU, elsewhere
+    (rows, 128) with rows a multiple of 8 (zero padding at the end)."""
+    if not _tiled():
+        return (size,)
+    tile = _SUBLANES * _LANES
+    return (-(-size // tile) * _SUBLANES, _LANES)
+
+
+def _tiled() -> bool:
+    """Whether elements are laid in (rows, 128) tiles: off the CPU."""
+    return jax.default_backend() != "cpu"
+
+
+def to_elements(v, lead: int):
+    """``v``'s axes after its first ``lead`` ones in the :func:`element_layout`, zero-padded."""
+    flat = v.reshape(*v.shape[:lead], -1)
+    layout = element_layout(flat.shape[-1])
+    pad = math.prod(layout) - flat.shape[-1]
+    if pad:
+        flat = jnp.pad(flat, [(0, 0)] * lead + [(0, pad)])
+    return flat.reshape(*v.shape[:lead], *layout)
+
+
+def from_elements(v, lead: int, shape):
+    """The inverse of :func:`to_elements`: ``v``'s element axes back to ``shape``."""
+    flat = v.reshape(*v.shape[:lead], -1)
+    return flat[..., : math.prod(shape)].reshape(*v.shape[:lead], *shape)
 
 
 def working_cubic(phi0, a, b, c):
@@ -205,8 +250,11 @@ def _moments(n_moments, segments, terms, cubic_terms, phi0, a, b, c):
 def _trailing(phi0, a, b, c, n_moments, segments, terms, cubic_terms):
     """W as one complex array of shape S + (n_moments,)."""
     shape = phi0.shape
-    cubic = working_cubic(*(v.ravel() for v in (phi0, a, b, c)))
-    re, im = _flat(cubic, n_moments, segments, terms, cubic_terms)
+    cubic = working_cubic(*(to_elements(v, 0) for v in (phi0, a, b, c)))
+    re, im = (
+        from_elements(v, 1, (math.prod(shape),))
+        for v in _flat(cubic, n_moments, segments, terms, cubic_terms)
+    )
     return jax.lax.complex(re, im).T.reshape((*shape, n_moments))
 
 
@@ -224,8 +272,9 @@ def _moments_jvp(n_moments, segments, terms, cubic_terms, primals, tangents):
 
 
 def _flat(cubic, n_moments, segments, terms, cubic_terms):
-    """W of a :class:`Cubic` or :class:`TurnsCubic` of 1-D arrays as (real, imaginary) parts,
-    each (n_moments, size): the expansion everywhere, then the curved pieces."""
+    """W of a :class:`Cubic` or :class:`TurnsCubic` of arrays in the :func:`element_layout`
+    as (real, imaginary) parts, each (n_moments,) + that layout: the expansion everywhere,
+    then the curved pieces, where there are any."""
     options = _MomentOptions(n_moments, segments, terms, cubic_terms)
     if cubic_terms == 0:
         # No cubic phase at all (module docstring), rather than c left in φ_i, α and β.
@@ -235,7 +284,17 @@ def _flat(cubic, n_moments, segments, terms, cubic_terms):
         w, _ = _evaluate(cubic, options, with_curved=True)
         return w
     w, curved = _in_blocks(cubic, options)
-    return _patch_curved(w, curved, cubic, options)
+    layout = curved.shape
+
+    def patch(w):
+        flat = (v.reshape(n_moments, -1) for v in w)
+        cubic_flat = jax.tree.map(jnp.ravel, cubic)
+        out = _patch_curved(tuple(flat), curved.ravel(), cubic_flat, options)
+        return tuple(v.reshape(n_moments, *layout) for v in out)
+
+    # Only where some element is curved: finding them (jnp.nonzero) took as long as the
+    # expansion itself on a TPU v5e when none was (9.3 ns per element against 13.3).
+    return jax.lax.cond(jnp.any(curved), patch, lambda w: w, w)
 
 
 def _in_blocks(cubic, options):
@@ -243,7 +302,7 @@ def _in_blocks(cubic, options):
     elements, whose intermediates stay in cache (blocks of 2048 to 16384 elements
     measured within noise of each other), in _CPU_LOOPS independent loops."""
     size = cubic[0].size
-    if jax.default_backend() != "cpu" or size <= _CPU_BLOCK:
+    if jax.default_backend() != "cpu" or size <= _CPU_BLOCK or cubic[0].ndim != 1:
         return _evaluate(cubic, options, with_curved=False)
     n_loops = min(_CPU_LOOPS, -(-size // _CPU_BLOCK))
     pad = -size % (_CPU_BLOCK * n_loops)
@@ -285,10 +344,11 @@ def _patch_curved(w, curved, cubic, options):
 
 
 def _evaluate(cubic, options, *, with_curved):
-    """W for a :class:`Cubic` or :class:`TurnsCubic` of 1-D arrays of one length S, with the
-    static :class:`_MomentOptions` ``options``: real and imaginary parts, each
-    (n_moments, S), and (S,) flags of the elements with a piece at or above the expansion's
-    switch. Without ``with_curved`` those elements' W are wrong (but finite).
+    """W for a :class:`Cubic` or :class:`TurnsCubic` of arrays of one shape S (the
+    :func:`element_layout`), with the static :class:`_MomentOptions` ``options``: real and
+    imaginary parts, each (n_moments,) + S, and S-shaped flags of the elements with a piece
+    at or above the expansion's switch. Without ``with_curved`` those elements' W are wrong
+    (but finite).
 
     The moment index stays the leading axis until the end: the sums over it (cubic series,
     translation) are then elementwise over the elements, which XLA's CPU loops vectorise
@@ -337,8 +397,8 @@ def _evaluate(cubic, options, *, with_curved):
     table = _translation_table(centres, n_moments).reshape(n_moments, -1).astype(alpha.dtype)
 
     def translate(part):
-        flat = part.reshape(n_moments * options.segments, -1)
-        return jnp.dot(table, flat, precision=jax.lax.Precision.HIGHEST)
+        stacked = part.reshape(n_moments * options.segments, *part.shape[2:])
+        return jnp.tensordot(table, stacked, axes=1, precision=jax.lax.Precision.HIGHEST)
 
     return (translate(rotated.re), translate(rotated.im)), jnp.any(large, axis=0)
 
@@ -346,8 +406,8 @@ def _evaluate(cubic, options, *, with_curved):
 def _pieces(cubic, centres):
     """:class:`_Pieces` of a :class:`Cubic` (rad) on the pieces centred at ``centres``."""
     rho = 1.0 / len(centres)
-    x = centres[:, None]
     phi0, a, b, c = cubic
+    x = _leading(centres, c.ndim)
     gamma = jnp.broadcast_to(c * rho**3, (len(centres), *c.shape))
     # γy³ = (3/4)γy + γ(y³ - 3y/4): the best linear fit to y³ on [-1, 1] goes into α, which
     # leaves a residual of at most |γ|/4 for the series.
@@ -362,9 +422,11 @@ def _pieces_from_turns(cubic, centres):
     as two-float pairs and reduced to fractions of a turn, from which their phasors come
     (and β's from its own turns); α and β in rad to the relative precision of one float32."""
     rho = 1.0 / len(centres)
-    x = centres[:, None].astype(np.float32)
     a_pair, b, c = (cubic.a_hi, cubic.a_lo), cubic.b, cubic.c
-    linear = tf.add((cubic.phi0_hi, cubic.phi0_lo), tf.times_constant(a_pair, centres[:, None]))
+    x = _leading(centres, c.ndim).astype(np.float32)
+    linear = tf.add(
+        (cubic.phi0_hi, cubic.phi0_lo), tf.times_constant(a_pair, _leading(centres, c.ndim))
+    )
     phase_turns = tf.fraction(linear, (b + c * x) * x * x)
     slope = tf.times_constant(a_pair, rho)
     # α = (a + (2b + 3c x_i) x_i) ρ + (3/4) c ρ³ (the best linear fit to γy³, as in _pieces)
@@ -380,6 +442,11 @@ def _pieces_from_turns(cubic, centres):
         SplitComplex(*turn_phasor(alpha_turns)),
         SplitComplex(*turn_phasor(beta_turns)),
     )
+
+
+def _leading(centres, ndim):
+    """The pieces' centres as a leading axis before ``ndim`` element axes."""
+    return centres.reshape(-1, *(1,) * ndim)
 
 
 def _translation_table(centres, n_moments):
