@@ -339,3 +339,22 @@ def test_analytic_options_benchmark_times_every_option_set_at_every_budget(tmp_p
     for row in record["results"]:
         assert len(row["forward_s"]) == len(row["value_and_grad_s"]) == 2
         assert row["forward_ns_per_element"] > 0 and row["value_and_grad_ns_per_element"] > 0
+
+
+def test_moment_layout_benchmark_times_each_case_in_each_layout(tmp_path):
+    out = tmp_path / "layout.json"
+    command = [
+        sys.executable, str(ROOT / "benchmarks" / "moment_layout.py"), "--elements", "100",
+        "--rounds", "2", "--options", "1,1", "--out", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert record["elements"] == 7168 and record["platform"] == "cpu" and record["commit"]
+    cases = [(r["case"], r["layout"]) for r in record["results"]]
+    assert cases == [
+        ("expansion", "flat"), ("expansion", "tiled"), ("moments", "flat"), ("moments", "tiled"),
+        ("nonzero", "flat"), ("products", "block"), ("products", "tiled"),
+    ]  # fmt: skip
+    for row in record["results"]:
+        assert len(row["times_s"]) == 2 and row["ns"] > 0
