@@ -13,17 +13,22 @@ ROOT = Path(__file__).resolve().parent.parent
 TINY = '{"array": {"n_stations": 8}, "observation": {"n_time": 30}}'
 
 
+def _run_benchmark(script: str, *arguments: str) -> None:
+    """benchmarks/``script`` with ``arguments``, in its own process; it must succeed."""
+    command = [sys.executable, str(ROOT / "benchmarks" / script), *arguments]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
     out = tmp_path_factory.mktemp("memory") / "memory.json"
-    command = [
-        sys.executable, str(ROOT / "benchmarks" / "memory.py"), "--preset", "demo",
+    _run_benchmark(
+        "memory.py", "--preset", "demo",
         "--override", TINY, "--channels", "2", "--devices", "1", "2", "--axes", "none",
         "baseline", "--rfi", "analytic", "--phase-cache", "always", "never", "--row-blocks", "1",
         "2", "--json", str(out),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
+    )  # fmt: skip
     return json.loads(out.read_text())
 
 
@@ -181,14 +186,12 @@ def test_step_cost_counts_each_loop_body_as_often_as_the_loop_runs():
 @pytest.fixture(scope="module")
 def step_costs(tmp_path_factory):
     out = tmp_path_factory.mktemp("step_time") / "step_time.json"
-    command = [
-        sys.executable, str(ROOT / "benchmarks" / "step_time.py"), "--cost-only",
+    _run_benchmark(
+        "step_time.py", "--cost-only",
         "--devices", "2", "--stations", "8", "--channels", "2", "--times", "20",
         "--satellites", "2", "--axes", "none", "source", "--phase-cache", "never",
         "--json", str(out),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
+    )  # fmt: skip
     return {r["axis"]: r for r in json.loads(out.read_text())}
 
 
@@ -253,12 +256,10 @@ def test_gains_bound_curvature_is_the_gauss_newton_matrix_of_a_closed_form_resid
 
 def test_step_pieces_reports_each_piece_and_the_polish_without_the_gradient_state(tmp_path):
     out = tmp_path / "pieces.json"
-    command = [
-        sys.executable, str(ROOT / "benchmarks" / "step_pieces.py"), "--preset", "demo",
+    _run_benchmark(
+        "step_pieces.py", "--preset", "demo",
         "--channels", "2", "--groups", "2", "--json", str(out),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
+    )  # fmt: skip
     (record,) = json.loads(out.read_text())
     pieces = record["pieces"]
     assert set(pieces) == {
@@ -284,12 +285,10 @@ def test_step_pieces_reports_each_piece_and_the_polish_without_the_gradient_stat
 
 def _tiny_gpu_case(folder, *options) -> dict:
     """The record of ``gpu.py --tiny --skip-kernels`` with ``options``, one case, run whole."""
-    command = [
-        sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--tiny", "--skip-kernels",
+    _run_benchmark(
+        "gpu.py", "--tiny", "--skip-kernels",
         "--out", str(folder), *options,
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
+    )  # fmt: skip
     (path,) = folder.glob("gpu_*.json")
     (record,) = json.loads(path.read_text())
     assert "error" not in record, record.get("progress")
@@ -326,12 +325,10 @@ def test_gpu_benchmark_keeps_the_phase_moments_as_a_fit_does(tmp_path):
 
 def test_analytic_options_benchmark_times_every_option_set_at_every_budget(tmp_path):
     out = tmp_path / "options.json"
-    command = [
-        sys.executable, str(ROOT / "benchmarks" / "analytic_options.py"), "--antennas", "3",
+    _run_benchmark(
+        "analytic_options.py", "--antennas", "3",
         "--rounds", "2", "--options", "2,3", "1,0", "--budgets-mb", "1", "64", "--out", str(out),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
+    )  # fmt: skip
     record = json.loads(out.read_text())
     assert record["dims"]["elements"] == 3 * 30 * 32 * 7 and record["commit"]
     sets = [(r["segments"], r["cubic_terms"], r["memory_budget_mb"]) for r in record["results"]]
@@ -343,12 +340,10 @@ def test_analytic_options_benchmark_times_every_option_set_at_every_budget(tmp_p
 
 def test_moment_layout_benchmark_times_each_case_in_each_layout(tmp_path):
     out = tmp_path / "layout.json"
-    command = [
-        sys.executable, str(ROOT / "benchmarks" / "moment_layout.py"), "--elements", "100",
+    _run_benchmark(
+        "moment_layout.py", "--elements", "100",
         "--rounds", "2", "--options", "1,1", "--out", str(out),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
+    )  # fmt: skip
     record = json.loads(out.read_text())
     assert record["elements"] == 7168 and record["platform"] == "cpu" and record["commit"]
     cases = [(r["case"], r["layout"]) for r in record["results"]]
