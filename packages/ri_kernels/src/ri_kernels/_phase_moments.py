@@ -28,10 +28,11 @@ The quadratic moments M_n, n <= N = n_moments - 1 + 3K, come from one of two met
   (:mod:`ri_kernels._curved_moments`), about twenty times the cost per piece.
 
 Every element is first evaluated with the expansion alone, in cache-sized blocks on CPU; the
-elements with a piece at or above the switch are then gathered, a chunk at a time, evaluated
-with both methods, and written back (batches of at most one chunk take both methods at
-once). Typical interferers are mostly below the switch: at the CPU benchmark (float32,
-terms = 6, β_s = 0.2) 0.3% of elements are gathered.
+elements with a piece at or above the switch, where there are any, are then gathered, a chunk
+at a time, evaluated with both methods, and written back (batches of at most one chunk take
+both methods at once). Off the CPU the elements are laid in (rows, 128) tiles
+(:func:`element_layout`). Typical interferers are mostly below the switch: at the CPU
+benchmark (float32, terms = 6, β_s = 0.2) 0.3% of elements are gathered.
 
 Accuracy (float64; largest error over m relative to max_m |W|; against dense Gauss-Legendre
 quadrature, tests/test_phase_moments.py): defaults (2, 6, 3) <= 3e-9 for |a| <= 1e4,
@@ -86,7 +87,7 @@ _CPU_LOOPS = 2
 # vector register's (8, 128) tile. As one flat axis, every array with a short axis before
 # it (the pieces, the moments in the loops' stacked outputs) filled a fraction of its tiles:
 # a TPU v5e's moments took 13.3 ns per element flat and 8.9 in rows (2 pieces, 1 cubic term,
-# 2^20 elements, float32; .tpu layout probe, recorded in docs/benchmarks.md). The CPU keeps
+# 2^20 elements, float32; benchmarks/moment_layout.py, docs/benchmarks.md). The CPU keeps
 # one flat axis, which its blocks (_CPU_BLOCK) are cut from.
 _LANES = 128
 _SUBLANES = 8
