@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common
 
 OPTIONS = ("2,3", "2,1", "1,3", "1,1")  # pieces, cubic terms
-N_MOMENTS, TERMS, N_RFI, N_SAMPLES, N_COEF, LANES, TILE = 13, 6, 32, 7, 7, 128, 1024
+N_MOMENTS, TERMS, N_RFI, N_SAMPLES, N_COEF = 13, 6, 32, 7, 7
 
 
 def _arguments(argv=None):
@@ -54,8 +54,10 @@ def main(argv=None) -> None:
     import numpy as np
 
     from ri_kernels import _phase_moments as P
+    from ri_kernels._analytic import _products
 
-    block = N_RFI * N_SAMPLES * TILE // 32  # a whole number of tiles and of (32, 7) blocks
+    lanes = P._LANES
+    block = N_RFI * N_SAMPLES * P._SUBLANES * lanes // 32  # whole tiles and (32, 7) blocks
     n = -(-options.elements // block) * block
     rng = np.random.default_rng(0)
     f32 = np.float32
@@ -65,7 +67,7 @@ def main(argv=None) -> None:
         rng.normal(0, 0.3, n).astype(f32), zeros,
         rng.normal(0, 0.005, n).astype(f32), rng.normal(0, 1e-6, n).astype(f32),
     )  # fmt: skip
-    layouts = {"flat": lambda v: v, "tiled": lambda v: v.reshape(-1, LANES)}
+    layouts = {"flat": lambda v: v, "tiled": lambda v: v.reshape(-1, lanes)}
     rows = []
 
     def timed(case, layout, fn, *args, elements=n, **labels):
@@ -97,16 +99,13 @@ def main(argv=None) -> None:
     timed("nonzero", "flat", lambda v: jnp.nonzero(v > 10, size=v.size, fill_value=v.size)[0],
           cubic.b)  # fmt: skip
 
-    def products(p, q, w):
-        return sum(p[j] * sum(q[k] * w[j + k] for k in range(N_COEF)) for j in range(N_COEF))
-
     def random(shape):
         return (rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(np.complex64)
 
     n_rows = n // (N_RFI * N_SAMPLES)
-    for name, shape in (("block", (n_rows, 1, N_RFI, N_SAMPLES)), ("tiled", (n // LANES, LANES))):
+    for name, shape in (("block", (n_rows, 1, N_RFI, N_SAMPLES)), ("tiled", (n // lanes, lanes))):
         timed(
-            "products", name, products,
+            "products", name, _products,
             random((N_COEF, *shape)), random((N_COEF, *shape)), random((N_MOMENTS, *shape)),
         )  # fmt: skip
     record = {

@@ -61,8 +61,8 @@ def test_tiled_moments_equal_the_flat_ones_with_curved_elements_float64(x64, til
     assert tiled_by_rows.shape == (5, size // 5, 5)
     np.testing.assert_allclose(tiled_by_rows, by_rows, rtol=0, atol=1e-13)
     assert set(layouts) == {(104, 128)}  # one per array of the cubic
-    # Some elements are at or above the expansion's switch (|b| / 4 >= 0.01 where beta_s is
-    # about 0.01 at float64), so the patch ran through the tiles.
+    # Some elements' pieces are at or above the expansion's switch (|beta| = |b| / 4 at two
+    # pieces; beta_s = 0.007 in float64 at terms=6), so the patch ran through the tiles.
     assert np.any(np.abs(cubics[2]) / 4 >= 0.01)
     np.testing.assert_allclose(tiled, flat, rtol=0, atol=1e-13)
 
