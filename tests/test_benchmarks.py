@@ -353,3 +353,32 @@ def test_moment_layout_benchmark_times_each_case_in_each_layout(tmp_path):
     ]  # fmt: skip
     for row in record["results"]:
         assert len(row["times_s"]) == 2 and row["ns"] > 0
+
+
+def test_op_profile_benchmark_records_costs_and_each_operations_own_time(tmp_path):
+    out = tmp_path / "profile.json"
+    _run_benchmark("op_profile.py", "--antennas", "3", "--hlo", str(tmp_path), "--out", str(out))
+    record = json.loads(out.read_text())
+    assert record["dims"]["elements"] == 3 * 30 * 32 * 7 and record["commit"]
+    for mode in ("forward", "value_and_grad"):
+        result = record["results"][mode]
+        assert result["flops_per_element"] > 0 and result["bytes_per_element"] > 0
+        assert result["ops"] == []  # the CPU backend records no per-operation device events
+        assert "HloModule" in (tmp_path / f"{mode}.hlo.txt").read_text()
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import op_profile
+
+    # a loop from 0 to 100 ns with two operations in its body, then one after it
+    ops = op_profile.own_times(
+        [
+            ("%while.1 = (s32[]) while(...)", 0, 100),
+            ("%fusion.2 = f32[8,128]{1,0} fusion(...)", 10, 20),
+            ("%copy.3 = f32[7]{0} copy(...)", 40, 10),
+            ("%fusion.2 = f32[8,128]{1,0} fusion(...)", 60, 5),
+            ("%copy.3 = f32[7]{0} copy(...)", 100, 7),
+        ]
+    )
+    assert {k: v[:2] for k, v in ops.items()} == {
+        "%while.1": [65, 1], "%fusion.2": [25, 2], "%copy.3": [17, 2]
+    }  # fmt: skip
+    assert ops["%fusion.2"][2] == "f32[8,128]{1,0}"
