@@ -24,8 +24,8 @@ import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 from jax.custom_derivatives import SymbolicZero
 
+from ri_kernels import _phase_moments, _validate
 from ri_kernels import _two_float as tf
-from ri_kernels import _validate
 from ri_kernels._blocks import (
     DEFAULT_MEMORY_BUDGET_BYTES,
     block_size,
@@ -55,14 +55,24 @@ _SLOPES = "phase_moment_slopes"
 _REALS_PER_MOMENT_SEGMENT = 8
 _REALS_PER_TERM = 4
 _REALS_FIXED = 32
+# (antenna, cell) columns of the one-hot matrix that lays a block's pair ends' coefficients
+# in tiles (:func:`_tiled_grid`) at which that product costs a position about as much as the
+# rest of its work: an estimate (float32 at HIGHEST precision is six bf16 passes, about
+# 33 TFLOP/s on a TPU v5e, 56 flops per column per element, against 7.8 ns per element for
+# the forward evaluation at 64 antennas, benchmarks/op_profile.py).
+_ONE_HOT_COLUMNS = 4096
 
 
 class _Signal(NamedTuple):
-    """Per-antenna inputs in the layouts the blocks gather from (antenna axis first)."""
+    """Per-antenna inputs in the layouts the blocks gather from: amp (n_ant, n_freq, n_time,
+    n_rfi), or (1, ...) with a factor; phase (n_ant, n_freq, n_time, n_rfi) and delay
+    (4, n_ant, n_time, n_rfi) (orders 0..3 first), or in tiles (:func:`_tiled_pair_sum`),
+    sources before antennas, phase (n_rfi, n_ant, n_freq, n_time) and delay
+    (4, n_rfi, n_ant, n_time)."""
 
-    amp: jax.Array  # (n_ant, n_freq, n_time, n_rfi), or (1, ...) with a factor
-    phase: jax.Array  # (n_ant, n_freq, n_time, n_rfi)
-    delay: jax.Array  # (n_ant, n_time, n_rfi, 4): orders 0..3
+    amp: jax.Array
+    phase: jax.Array
+    delay: jax.Array
     factor: jax.Array | None = None  # None, or amp's real factor per antenna, amp's layout
 
 
@@ -117,7 +127,8 @@ def _coefficients(signal, tables, antenna, cell_f, cell_t):
 
 class _PairEnds(NamedTuple):
     """The centre phases (rad), (B, C, n_rfi, 1), and delays (us, us/s**k; orders 0..3),
-    (B, C, n_rfi, 1, 4), of the ends p and q of a block's pairs at its cells."""
+    (4, B, C, n_rfi, 1), of the ends p and q of a block's pairs at its cells; in tiles
+    (:func:`_tiled_ends`) (n_rfi, 1, rows, 128) and (4, n_rfi, 1, rows, 128)."""
 
     phase_p: jax.Array
     phase_q: jax.Array
@@ -126,10 +137,12 @@ class _PairEnds(NamedTuple):
 
 
 class _CellConstants(NamedTuple):
-    """A block's cells' channel centres freq_mhz (C,) and fine offsets dnu_mhz (n_int_f,)
-    (MHz), half the integration time half_time (s, a scalar), and where each source is in
-    view: None (throughout), or view_centre and view_half, (1, C, n_rfi, 1) each, the centre
-    and half-width in x of the part of the cell in which it is."""
+    """A block's cells' channel centres freq_mhz, (C, 1, 1), and fine offsets dnu_mhz,
+    (n_int_f,) (MHz), shaped to broadcast against :class:`_PairEnds` to the block's elements
+    (B, C, n_rfi, n_int_f); half the integration time half_time (s, a scalar); and where each
+    source is in view: None (throughout), or view_centre and view_half, (1, C, n_rfi, 1)
+    each, the centre and half-width in x of the part of the cell in which it is. In tiles
+    (:func:`_tiled_ends`): (1, rows, 128), (n_int_f, 1, 1) and (n_rfi, 1, rows, 128)."""
 
     freq_mhz: jax.Array
     dnu_mhz: jax.Array
@@ -142,8 +155,9 @@ def _pair_ends(signal, tables, int_time, p, q, cell_f, cell_t):
     """The :class:`_PairEnds` and :class:`_CellConstants` of pairs (p, q) at cells
     (cell_f, cell_t)."""
     phase_p, phase_q = (signal.phase[i[:, None], cell_f, cell_t][..., None] for i in (p, q))
-    delay_p, delay_q = (signal.delay[i[:, None], cell_t][..., None, :] for i in (p, q))
-    cells = _CellConstants(tables.freq_mhz[cell_f], tables.dnu_mhz, int_time / 2)
+    delay_p, delay_q = (signal.delay[:, i[:, None], cell_t][..., None] for i in (p, q))
+    freq = tables.freq_mhz[cell_f][:, None, None]
+    cells = _CellConstants(freq, tables.dnu_mhz, int_time / 2)
     if tables.view is not None:
         lo, hi = (tables.view[:, cell_t, k].T[None, :, :, None] for k in (0, 1))
         cells = cells._replace(view_centre=(lo + hi) / 2, view_half=(hi - lo) / 2)
@@ -164,11 +178,11 @@ def _phase_cubic(ends, cells):
 
 def _radian_cubic(d_phase, d_delay, cells):
     """The :class:`Cubic` (rad) of phase differences d_phase (B, C, n_rfi, 1) and delay
-    differences d_delay (B, C, n_rfi, 1, 4) at :class:`_CellConstants` ``cells``:
-    nu = freq_mhz + dnu_mhz (MHz), delays in us: MHz x us = cycles. Linear in the differences,
-    so that it also maps their tangents to the cubic's."""
-    d = [d_delay[..., k] for k in range(4)]  # (B, C, n_rfi, 1)
-    nu = (cells.freq_mhz[:, None] + cells.dnu_mhz)[:, None, :]  # (C, 1, n_int_f)
+    differences d_delay (4, B, C, n_rfi, 1) at :class:`_CellConstants` ``cells`` (or their
+    shapes in tiles): nu = freq_mhz + dnu_mhz (MHz), delays in us: MHz x us = cycles. Linear
+    in the differences, so that it also maps their tangents to the cubic's."""
+    d = list(d_delay)  # orders 0..3, (B, C, n_rfi, 1) each
+    nu = cells.freq_mhz + cells.dnu_mhz  # (C, 1, n_int_f)
     half_time = cells.half_time
     phi0 = d_phase + 2 * math.pi * cells.dnu_mhz * d[0]
     a = 2 * math.pi * nu * d[1] * half_time
@@ -191,14 +205,14 @@ def _phase_turns(ends, cells):
     """
     delay_p, delay_q, half_time = ends.delay_p, ends.delay_q, cells.half_time
     d_phase = tf.two_sum(ends.phase_p, -ends.phase_q)  # (B, C, n_rfi, 1)
-    d0, d1 = (tf.two_sum(delay_p[..., k], -delay_q[..., k]) for k in (0, 1))
-    d2, d3 = (delay_p[..., k] - delay_q[..., k] for k in (2, 3))
-    nu = tf.two_sum(cells.freq_mhz[:, None], cells.dnu_mhz)  # (C, n_int_f)
-    nu_half = tuple(v[:, None, :] for v in tf.scale(nu, half_time))  # (C, 1, n_int_f)
+    d0, d1 = (tf.two_sum(delay_p[k], -delay_q[k]) for k in (0, 1))
+    d2, d3 = (delay_p[k] - delay_q[k] for k in (2, 3))
+    nu = tf.two_sum(cells.freq_mhz, cells.dnu_mhz)  # (C, 1, n_int_f)
+    nu_half = tf.scale(nu, half_time)
     phi0 = tf.add(tf.times(d_phase, tf.INV_TWO_PI), tf.scale(d0, cells.dnu_mhz))
     a = tf.times(d1, nu_half)
-    b = nu[0][:, None, :] * d2 * (half_time**2 / 2)
-    c = nu[0][:, None, :] * d3 * (half_time**3 / 6)
+    b = nu[0] * d2 * (half_time**2 / 2)
+    c = nu[0] * d3 * (half_time**3 / 6)
     return TurnsCubic(*jnp.broadcast_arrays(*phi0, *a, b, c))
 
 
@@ -232,8 +246,9 @@ def _moments(ends, cells, n_mom, options, n_slopes=0):
 
 
 def _block_shape(ends, cells):
-    """(B, C, n_rfi, n_int_f): the shape of a block's elements."""
-    return (*ends.phase_p.shape[:-1], cells.dnu_mhz.shape[0])
+    """(B, C, n_rfi, n_int_f): the shape of a block's elements ((n_rfi, n_int_f, rows, 128)
+    in tiles)."""
+    return jnp.broadcast_shapes(ends.phase_p.shape, cells.dnu_mhz.shape)
 
 
 def _in_view_cubic(cubic, centre, half):
@@ -345,6 +360,59 @@ def _pair_sum_jvp(n_mom, options, primals, tangents):
     return total, from_elements(sum(tangent), 0, shape) if tangent else jnp.zeros_like(total)
 
 
+def _tiled_pair_sum(signal, tables, int_time, p, q, cell_f, cell_t, n_mom, options, antennas):
+    """A block's sums over sources and fine channels of :func:`_pair_sum`, (B, C), with its
+    elements in tiles from the start: (n_rfi, n_int_f, rows, 128), the block's (pair, cell)
+    positions b C + c in the last two axes, zero-padded to whole (8, 128) tiles.
+
+    Off the CPU the block layout's short trailing axes (32 sources by 7 fine channels) filled
+    7 of a tile's 128 lanes, and every element-shaped array was copied into tiles and back:
+    on a TPU v5e those copies were half of the forward evaluation (benchmarks/op_profile.py).
+    Here each pair end's coefficients come from each antenna's by a matrix product with a
+    one-hot (antenna, cell) x position matrix, whose reverse is a matrix product too; the pair
+    ends' phases and delays are gathered straight into tiles; the sums over sources and fine
+    channels are sums of whole tiles."""
+    n_cells = cell_f.shape[0]
+    n_pos = p.shape[0] * n_cells
+    rows = _phase_moments.element_layout(n_pos)[0]
+    position = jnp.arange(rows * _phase_moments._LANES, dtype=jnp.int32)
+    pair = jnp.minimum(position // n_cells, p.shape[0] - 1)
+    cell = position % n_cells
+    real = signal.phase.dtype
+    # (n_coef, n_rfi, n_int_f, n_ant, C): each antenna's coefficients at the block's cells
+    coef = _coefficients(signal, tables, antennas, cell_f, cell_t).transpose(0, 3, 4, 1, 2)
+    n_coef, n_rfi, n_int_f = coef.shape[:3]
+    parts = jnp.stack([coef.real, coef.imag]).reshape(-1, coef.shape[3] * n_cells)
+    ends = []
+    for antenna in (p, q):
+        target = jnp.where(position < n_pos, antenna[pair] * n_cells + cell, -1)
+        one_hot = (jnp.arange(parts.shape[1])[:, None] == target[None, :]).astype(real)
+        laid = jnp.matmul(parts, one_hot, precision=_HIGHEST)
+        laid = laid.reshape(2, n_coef, n_rfi, n_int_f, rows, _phase_moments._LANES)
+        ends.append(jax.lax.complex(laid[0], laid[1]))
+    at = tuple(v.reshape(rows, -1) for v in (pair, cell_f[cell], cell_t[cell]))
+    pair_ends, cells = _tiled_ends(signal, tables, int_time, p, q, at)
+    total = _pair_sum(ends[0], ends[1].conj(), pair_ends, cells, n_mom, options)
+    return jnp.sum(total, axis=(0, 1)).reshape(-1)[:n_pos].reshape(p.shape[0], n_cells)
+
+
+def _tiled_ends(signal, tables, int_time, p, q, at):
+    """The :class:`_PairEnds` and :class:`_CellConstants` of :func:`_tiled_pair_sum`'s
+    positions, whose pairs, channels and times are the (rows, 128) arrays ``at``."""
+    pair, freq, time = at
+    ends = []
+    for antenna in (p, q):
+        ant = antenna[pair]
+        ends.append(signal.phase[:, ant, freq, time][:, None])
+    for antenna in (p, q):
+        ends.append(signal.delay[:, :, antenna[pair], time][:, :, None])
+    cells = _CellConstants(tables.freq_mhz[freq][None], tables.dnu_mhz[:, None, None], int_time / 2)
+    if tables.view is not None:
+        lo, hi = (tables.view[:, time, k][:, None] for k in (0, 1))
+        cells = cells._replace(view_centre=(lo + hi) / 2, view_half=(hi - lo) / 2)
+    return _PairEnds(ends[0], ends[1], ends[2], ends[3]), cells
+
+
 def _bytes_per_pair_cell(amp, n_int_f, n_mom, segments, terms, cubic_terms):
     """Approximate bytes of intermediates per (baseline, cell) while the moments are formed."""
     n_computed = n_mom + 3 * cubic_terms
@@ -354,17 +422,47 @@ def _bytes_per_pair_cell(amp, n_int_f, n_mom, segments, terms, cubic_terms):
     return amp.shape[1] * n_int_f * (work * reals + 4 * n_mom * amp.dtype.itemsize)
 
 
-def _block_plan(n_bl, n_freq, n_time, per_pair_cell, budget):
+def _block_plan(n_bl, n_freq, n_time, per_pair_cell, budget, tile=1, n_ant=1):
     """Blocks of (baseline rows, cells): all baselines and as many cells as the budget allows,
-    or one cell and a share of the baselines. Returns the (n_blocks,) block ids, made in the
-    program (``jnp.arange``), and the :class:`_BlockGrid`; ``_block_coordinates`` turns an id
-    into its rows and cells there too, so that no per-block table of rows, which grows with the
-    baselines, is captured into the compiled program as a constant (bench-512: 415 MB)."""
+    or one cell and a share of the baselines; with ``tile`` > 1 (elements in tiles, of
+    ``n_ant`` antennas), :func:`_tiled_grid` near the same size. Returns the (n_blocks,) block
+    ids, made in the program (``jnp.arange``), and the :class:`_BlockGrid`;
+    ``_block_coordinates`` turns an id into its rows and cells there too, so that no
+    per-block table of rows, which grows with the baselines, is captured into the compiled
+    program as a constant (bench-512: 415 MB)."""
     n_cells = n_freq * n_time
     cells_per_block, n_cell_blocks = block_size(n_cells, n_bl * per_pair_cell, budget)
     rows_per_block, n_row_blocks = block_size(n_bl, cells_per_block * per_pair_cell, budget)
     grid = _BlockGrid(n_row_blocks, n_cell_blocks, rows_per_block, cells_per_block)
-    return jnp.arange(n_row_blocks * n_cell_blocks, dtype=jnp.int32), grid
+    if tile > 1:
+        grid = _tiled_grid(n_bl, n_cells, rows_per_block * cells_per_block, tile, n_ant)
+    return jnp.arange(grid.n_row_blocks * grid.n_cell_blocks, dtype=jnp.int32), grid
+
+
+def _tiled_grid(n_bl, n_cells, positions, tile, n_ant):
+    """The :class:`_BlockGrid` of blocks of about ``positions`` (row, cell) positions each, a
+    whole number of ``tile`` (a power of two) per block: each block of 2^k cells and a
+    multiple of tile / 2^k rows, the nearest to ``positions`` / 2^k, the k that costs least.
+    Positions past the last row or cell are padding, worked and dropped; and the pair ends'
+    coefficients cost each position one product per (antenna, cell) of its block
+    (``_ONE_HOT_COLUMNS``).
+
+    At 1128 baselines (48 antennas) and 30 cells in blocks of about 564 positions, one cell
+    per block made 61440 positions of 33840 (1.82 times the work); 8 cells per block make
+    36864 (1.09) at 384 columns."""
+    best = None
+    cells = 1
+    while cells <= min(n_cells, tile):
+        step = tile // cells
+        rows = max(step, round(positions / cells / step) * step)
+        rows = min(rows, -(-n_bl // step) * step)
+        n_row_blocks, n_cell_blocks = -(-n_bl // rows), -(-n_cells // cells)
+        work = n_row_blocks * rows * n_cell_blocks * cells
+        work *= 1 + cells * n_ant / _ONE_HOT_COLUMNS
+        if best is None or work < best[0]:
+            best = (work, _BlockGrid(n_row_blocks, n_cell_blocks, rows, cells))
+        cells *= 2
+    return best[1]
 
 
 def _block_coordinates(grid: _BlockGrid, block, n_bl: int, n_freq: int, n_time: int):
@@ -385,10 +483,13 @@ def _moments_of_block(signal, tables, int_time, p, q, cell_f, cell_t, n_mom, opt
     return from_elements(_moments(ends, cells, n_mom, options)[0], 1, _block_shape(ends, cells))
 
 
-def _signal(amp, phase, delay_us, amp_factor=None):
-    """The per-antenna inputs in the blocks' layouts; ``amp`` may be None (moments alone)."""
+def _signal(amp, phase, delay_us, amp_factor=None, tiled=False):
+    """The per-antenna inputs in the blocks' layouts (:class:`_Signal`), those of
+    :func:`_tiled_pair_sum` with ``tiled``; ``amp`` may be None (moments alone)."""
     amp, factor = (None if x is None else x.transpose(0, 2, 3, 1) for x in (amp, amp_factor))
-    return _Signal(amp, phase.transpose(0, 2, 3, 1), delay_us.transpose(0, 2, 1, 3), factor)
+    if tiled:
+        return _Signal(amp, phase.transpose(1, 0, 2, 3), delay_us.transpose(3, 1, 0, 2), factor)
+    return _Signal(amp, phase.transpose(0, 2, 3, 1), delay_us.transpose(3, 0, 2, 1), factor)
 
 
 @functools.partial(
@@ -414,13 +515,19 @@ def _analytic(
     if n_bl == 0:
         return jnp.zeros((0, n_freq, n_time), amp.dtype)
     tables, int_time, moments = jax.lax.stop_gradient((tables, int_time, moments))
-    signal = _signal(amp, phase, delay_us, amp_factor)
+    # Off the CPU the elements lie in tiles from the start (kept moments are read in the
+    # block layout they were made in).
+    tiled = moments is None and _phase_moments._tiled()
+    signal = _signal(amp, phase, delay_us, amp_factor, tiled)
     n_int_f, n_coef = tables.w_freq.shape[2], tables.g_time.shape[2]
     n_mom = 2 * n_coef - 1
 
     def block(block_id):
         rows, cell_f, cell_t = _block_coordinates(grid, block_id, n_bl, n_freq, n_time)
         p, q = indices.a1[rows], indices.a2[rows]
+        if tiled:
+            args = (signal, tables, int_time, p, q, cell_f, cell_t, n_mom, options, antennas)
+            return _tiled_pair_sum(*args) / n_int_f
         if per_antenna:
             coef = _coefficients(signal, tables, antennas, cell_f, cell_t)
             coef_p, conj_q = coef[:, p], coef[:, q].conj()
@@ -440,7 +547,10 @@ def _analytic(
         per_pair_cell = _bytes_per_pair_cell(amp, n_int_f, n_mom, **options)
     else:  # only the given moments' gather and the sum: no moment is formed
         per_pair_cell = _bytes_per_pair_cell(amp, n_int_f, n_mom, 0, 0, 0)
-    block_ids, grid = _block_plan(n_bl, n_freq, n_time, per_pair_cell, memory_budget_bytes)
+    tile = _phase_moments._SUBLANES * _phase_moments._LANES if tiled else 1
+    block_ids, grid = _block_plan(
+        n_bl, n_freq, n_time, per_pair_cell, memory_budget_bytes, tile, n_ant
+    )
     # Keep the moments for reverse mode when all of them fit in the budget: they do not
     # depend on amp, and recomputing them is most of a value-and-gradient's cost. With phase
     # or delay tangents, keep the three more moments their derivatives take when those fit too.

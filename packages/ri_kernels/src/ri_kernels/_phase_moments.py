@@ -392,14 +392,26 @@ def _evaluate(cubic, options, *, with_curved):
         )
         series = series + (residual * power).times_i_power(k)
     rotated = series * SplitComplex(*pieces.centre)
-    # W_m = Σ_(j, i) table[m, j, i] rotated[j, i]: one matrix product, whose result is
-    # written once (sums written out per moment were each a fusion of their own, and the
-    # moments were then interleaved element by element).
-    table = _translation_table(centres, n_moments).reshape(n_moments, -1).astype(alpha.dtype)
+    # W_m = Σ_(j, i) table[m, j, i] rotated[j, i]: on the CPU one matrix product, whose
+    # result is written once (sums written out per moment were each a fusion of their own,
+    # and the moments were then interleaved element by element).
+    table = _translation_table(centres, n_moments)
 
     def translate(part):
+        if _tiled():
+            # Off the CPU, sums of tiles: the matrix product put the moment index in the
+            # tiles' lanes, and laid the moments back in a copy of their own (a TPU v5e,
+            # benchmarks/op_profile.py).
+            terms = np.argwhere(table)
+            return jnp.stack(
+                [
+                    sum(float(table[m, j, i]) * part[j, i] for _, j, i in terms[terms[:, 0] == m])
+                    for m in range(n_moments)
+                ]
+            )
         stacked = part.reshape(n_moments * options.segments, *part.shape[2:])
-        return jnp.tensordot(table, stacked, axes=1, precision=jax.lax.Precision.HIGHEST)
+        flat_table = table.reshape(n_moments, -1).astype(alpha.dtype)
+        return jnp.tensordot(flat_table, stacked, axes=1, precision=jax.lax.Precision.HIGHEST)
 
     return (translate(rotated.re), translate(rotated.im)), jnp.any(large, axis=0)
 
