@@ -285,13 +285,9 @@ def _flat(cubic, n_moments, segments, terms, cubic_terms):
         w, _ = _evaluate(cubic, options, with_curved=True)
         return w
     w, curved = _in_blocks(cubic, options)
-    layout = curved.shape
 
     def patch(w):
-        flat = (v.reshape(n_moments, -1) for v in w)
-        cubic_flat = jax.tree.map(jnp.ravel, cubic)
-        out = _patch_curved(tuple(flat), curved.ravel(), cubic_flat, options)
-        return tuple(v.reshape(n_moments, *layout) for v in out)
+        return _patch_curved(w, curved, cubic, options)
 
     # Only where some element is curved: finding them (jnp.nonzero) took as long as the
     # expansion itself on a TPU v5e when none was (9.3 ns per element against 13.3).
@@ -326,22 +322,33 @@ def _patch_curved(w, curved, cubic, options):
 
     The flagged elements are gathered to the front (their count is known only at run time),
     so the loop runs as many chunks as there are flagged elements, and none when there are
-    none. Unused slots of the last chunk repeat element 0 and are dropped on writing back.
+    none. Unused slots of the last chunk lie past the last element and are dropped on writing
+    back. Elements are read and written at their place in the element layout: as a flat
+    axis, the moments' layout in tiles was copied on its way into and out of the
+    ``lax.cond`` around this, curved elements or none (a TPU v5e, benchmarks/op_profile.py).
     """
-    size = curved.shape[0]
+    layout, size = curved.shape, curved.size
     n_chunks = -(-size // _CHUNK)
-    (ids,) = jnp.nonzero(curved, size=n_chunks * _CHUNK, fill_value=size)
+    (ids,) = jnp.nonzero(curved.ravel(), size=n_chunks * _CHUNK, fill_value=size)
     count = jnp.sum(curved, dtype=jnp.int32)
 
     def chunk(i, w):
         rows = jax.lax.dynamic_slice(ids, (i * _CHUNK,), (_CHUNK,))
-        inputs = jax.tree.map(lambda v: v[jnp.minimum(rows, size - 1)], cubic)
+        inputs = jax.tree.map(lambda v: v[_unravel(jnp.minimum(rows, size - 1), layout)], cubic)
         w_rows, _ = _evaluate(inputs, options, with_curved=True)
-        return tuple(
-            v.at[:, rows].set(v_rows, mode="drop") for v, v_rows in zip(w, w_rows, strict=True)
-        )
+        at = (slice(None), *_unravel(rows, layout))  # past the end: first index out of range
+        return tuple(v.at[at].set(v_rows, mode="drop") for v, v_rows in zip(w, w_rows, strict=True))
 
     return jax.lax.fori_loop(0, (count + _CHUNK - 1) // _CHUNK, chunk, w)
+
+
+def _unravel(ids, layout):
+    """The indices along each axis of ``layout`` of flat element ids."""
+    index = []
+    for n in layout[:0:-1]:
+        index.append(ids % n)
+        ids = ids // n
+    return (ids, *index[::-1])
 
 
 def _evaluate(cubic, options, *, with_curved):

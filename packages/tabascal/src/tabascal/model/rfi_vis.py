@@ -126,10 +126,13 @@ class RfiVisConfig:
     )
     # Navigation satellites' delays barely bend within an integration: one cubic term or none
     # holds their moments to the tolerance. At 32 satellites, 7 time points and 7 frequency
-    # samples, float32 (benchmarks/analytic_options.py, 2026-12-06), three terms took 523 ns
-    # forward and 827 ns with the gradient per element on this 2-core machine, one 321 and
-    # 546 ns; on a TPU v5e 31 and 68 ns, one 29 and 63 ns. One piece instead of two would
-    # halve the CPU's forward work but doubled the TPU's, so segments stays as set.
+    # samples, float32 (benchmarks/analytic_options.py, 2026-12-06), three terms took 458 ns
+    # forward and 762 ns with the gradient per element on a 2-core CPU, one 279 and 557 ns;
+    # on a TPU v5e 17.6 and 35.2 ns, one 13.9 and 28.2 ns. One piece instead of two is
+    # cheaper on both (one piece: 219 ns forward with no cubic term to 287 with three on the
+    # CPU; one piece and one term 9.8 and 19.5 ns on the TPU), but makes |beta| four times
+    # larger, so that more elements of a fast LEO pass take the curved method, about twenty
+    # times the cost; not measured on LEO scenes, so segments stays as set.
     analytic_options: str = option_field(
         "auto",
         "analytic operator's cubic-phase terms: the fewest each group's phases need, at most "
