@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import ri_kernels
 from ri_kernels._curved_moments import stationary_ratio
 from ri_kernels._fresnel import fresnel_aux, fresnel_cs
 from ri_kernels._linear_moments import expansion_switch, log_tolerance
@@ -472,3 +473,16 @@ def test_fewest_cubic_terms_hold_the_error_they_are_given(cubic, error, chosen):
         # 8.0e-4 > 1e-7, 2.4e-6 > 1e-8, 1.6e-7 > 1e-7
         fewer = worst(k - 1)
         assert fewer > error, fewer
+
+
+@pytest.mark.parametrize(("dtype", "eps"), [(np.float32, 2.0**-23), (np.float64, 2.0**-52)])
+def test_curvature_switch_is_where_the_expansions_tail_reaches_the_precision(dtype, eps):
+    # The tail of sum_{k<K} (i beta)^k / k! is at most beta^K e^beta / K!: at the switch it is
+    # the working precision (the bisection's residue is far below 1e-9 of it).
+    for terms in (3, 6, 12):
+        beta = ri_kernels.curvature_switch(terms, dtype)
+        tail = beta**terms * math.exp(beta) / math.factorial(terms)
+        assert tail == pytest.approx(eps, rel=1e-9)
+    assert round(ri_kernels.curvature_switch(6, np.float32), 3) == 0.203
+    with pytest.raises(ValueError, match="terms=0 is out of range"):
+        ri_kernels.curvature_switch(0)

@@ -299,10 +299,12 @@ def test_run_and_plan_report_whether_the_phase_moments_are_kept(small_store, tmp
         (line,) = [x for x in printed if "phase moments" in x]
         verb = "kept" if cache == "auto" else "formed every step"
         assert f"{group} {verb}" in line and f"phase_cache {cache}" in line, line
-        # navigation satellites: no cubic terms (rfi.analytic_options auto), said by both
-        assert summaries[cache]["model"]["rfi_analytic_options"][group]["cubic_terms"] == 0
+        # navigation satellites: one piece and no cubic terms (rfi.analytic_options auto),
+        # said by both
+        options = summaries[cache]["model"]["rfi_analytic_options"][group]
+        assert (options["segments"], options["cubic_terms"]) == (1, 0)
         (line,) = [x for x in printed if f"{group} options" in x]
-        assert "2 pieces, 6 curvature terms, 0 cubic terms" in line, line
+        assert "1 piece, 6 curvature terms, 0 cubic terms" in line, line
     kept, formed = (summaries[c]["model"]["rfi_phase_cache"] for c in ("auto", "never"))
     assert kept["groups"][group]["kept"] and kept["kept_mib_per_device"] > 0
     assert not formed["groups"][group]["kept"] and formed["kept_mib_per_device"] == 0

@@ -10,7 +10,8 @@ once on the host by :func:`make_indices` (several per-device lists at once, size
 touch, by :func:`make_index_sets`); the table builders make the interpolation tables.
 ``MAX_SEGMENTS``, ``MAX_TERMS`` and ``MAX_CUBIC_TERMS`` bound the analytic operator's options,
 ``MAX_COEFFICIENTS`` its monomial coefficients per time stencil;
-:func:`fewest_cubic_terms` the fewest cubic terms that phases of a given bound need.
+:func:`fewest_cubic_terms` the fewest cubic terms that phases of a given bound need, and
+:func:`curvature_switch` the curvature above which a piece takes the costlier curved method.
 """
 
 from ri_kernels._analytic import analytic_eval_with_indices
@@ -23,6 +24,7 @@ from ri_kernels._phase_moments import (
     MAX_SEGMENTS,
     MAX_TERMS,
     cubic_series_error,
+    curvature_switch,
     fewest_cubic_terms,
 )
 from ri_kernels._quadrature import quadrature_eval_with_indices
@@ -51,6 +53,7 @@ __all__ = [
     "analytic_eval_with_indices",
     "analytic_moments_with_indices",
     "cubic_series_error",
+    "curvature_switch",
     "fewest_cubic_terms",
     "fine_offsets",
     "gauss_legendre_offsets",

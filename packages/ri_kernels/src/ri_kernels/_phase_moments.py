@@ -516,6 +516,19 @@ def cubic_series_error(gamma: float, cubic_terms: int) -> float:
     return r ** (cubic_terms + 1) / math.factorial(cubic_terms + 1) * math.exp(r)
 
 
+def curvature_switch(terms: int = 6, dtype=np.float32) -> float:
+    """The largest |β| (rad), the quadratic phase across one piece, that the curvature
+    expansion of ``terms`` terms takes in ``dtype``'s working precision; a piece at or above
+    it takes the curved method, about twenty times the cost (module docstring). On
+    ``segments`` pieces β = (b + 3c x_i) / segments², so a cubic with |b| + 3|c| below
+    ``segments²`` times this takes no curved piece.
+
+    0.20 at the default six terms in float32, 0.007 in float64.
+    """
+    _check_options(1, 1, terms, 0)
+    return expansion_switch(terms, log_tolerance(np.dtype(dtype)))
+
+
 def fewest_cubic_terms(
     cubic: float, error: float, *, segments: int = 2, cubic_terms: int = 3, dtype=np.float32
 ) -> int:

@@ -421,9 +421,10 @@ def _plan(args: argparse.Namespace) -> int:
     )
     print(f"  RFI groups                     {placed.info['rfi_groups']}")
     for name, options in placed.info.get("rfi_analytic_options", {}).items():
+        pieces = f"{options['segments']} piece{'s' if options['segments'] != 1 else ''}"
         print(
-            f"  {name + ' options':<30} {options['segments']} pieces, {options['terms']} "
-            f"curvature terms, {options['cubic_terms']} cubic terms"
+            f"  {name + ' options':<30} {pieces}, {options['terms']} curvature terms, "
+            f"{options['cubic_terms']} cubic terms"
         )
     print(f"  phase moments                  {_phase_cache_line(placed.info['rfi_phase_cache'])}")
     for name, step in steps.items():

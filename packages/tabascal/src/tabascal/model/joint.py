@@ -490,15 +490,16 @@ def rfi_antenna_factor(meta, in_view: np.ndarray) -> np.ndarray:
 
 
 def _fitted_spec(spec, members, meta, geom: Geometry, snr: float, config: ModelConfig, real):
-    """``spec`` with an analytic group's cubic terms fitted to its own phases."""
+    """``spec`` with an analytic group's cubic terms and pieces fitted to its own phases."""
     if spec.operator != "analytic":
         return spec
     a1, a2 = np.asarray(meta.a1), np.asarray(meta.a2)
     antennas = np.unique(np.concatenate([a1[members], a2[members]]))
-    cubic = rfi_vis.cubic_phase_bound(
-        geom.delay_us, antennas, meta.freqs_hz, meta.chan_width, meta.int_time
+    cubic, curvature = (
+        bound(geom.delay_us, antennas, meta.freqs_hz, meta.chan_width, meta.int_time)
+        for bound in (rfi_vis.cubic_phase_bound, rfi_vis.curvature_phase_bound)
     )
-    return rfi_vis.analytic_spec(spec, cubic, snr, config.rfi_vis, real)
+    return rfi_vis.analytic_spec(spec, cubic, snr, config.rfi_vis, real, curvature)
 
 
 def _groups(meta, geom: Geometry, snr: float, config: ModelConfig, real, view=None):

@@ -64,9 +64,11 @@ class RfiVisConfig:
     time_stencil: Lagrange points per time stencil (quadrature) and coefficients (analytic).
     freq_stencil: Lagrange points per frequency stencil.
     segments, terms, cubic_terms: options of the analytic operator (see ri_kernels); under
-      ``analytic_options`` "auto" cubic_terms is the most a group takes.
+      ``analytic_options`` "auto" cubic_terms is the most a group takes, and segments what it
+      takes unless one piece does as well.
     analytic_options: "auto": each analytic group takes the fewest cubic terms its own phases
-      need (``analytic_spec``), at most ``cubic_terms``; "fixed": ``cubic_terms`` as set.
+      need, at most ``cubic_terms``, and one piece per integration where its phases' curvature
+      allows (``analytic_spec``); "fixed": ``segments`` and ``cubic_terms`` as set.
     max_groups: most groups (compiled operator calls); the smallest are merged upwards.
     memory_budget_mb: fine-grid working memory of each operator call (MiB), which sets how many
       cells (and baselines) the operators evaluate at once. On the baseline axis each device
@@ -125,18 +127,16 @@ class RfiVisConfig:
         3, "analytic operator: cubic-phase terms", min=0, max=ri_kernels.MAX_CUBIC_TERMS
     )
     # Navigation satellites' delays barely bend within an integration: one cubic term or none
-    # holds their moments to the tolerance. At 32 satellites, 7 time points and 7 frequency
-    # samples, float32 (benchmarks/analytic_options.py, 2026-12-06), three terms took 458 ns
-    # forward and 762 ns with the gradient per element on a 2-core CPU, one 279 and 557 ns;
-    # on a TPU v5e 17.6 and 35.2 ns, one 13.9 and 28.2 ns. One piece instead of two is
-    # cheaper on both (one piece: 219 ns forward with no cubic term to 287 with three on the
-    # CPU; one piece and one term 9.8 and 19.5 ns on the TPU), but makes |beta| four times
-    # larger, so that more elements of a fast LEO pass take the curved method, about twenty
-    # times the cost; not measured on LEO scenes, so segments stays as set.
+    # holds their moments to the tolerance, on one piece where no piece is then curved
+    # (analytic_spec). At 32 satellites, 7 time points and 7 frequency samples, float32
+    # (benchmarks/analytic_options.py, 2026-12-06), three terms took 458 ns forward and 762 ns
+    # with the gradient per element on a 2-core CPU, one 279 and 557 ns; on a TPU v5e 17.6
+    # and 35.2 ns, one 13.9 and 28.2 ns, and one piece with one term 9.8 and 19.5 ns.
     analytic_options: str = option_field(
         "auto",
-        "analytic operator's cubic-phase terms: the fewest each group's phases need, at most "
-        "rfi.cubic_terms (auto), or rfi.cubic_terms as set (fixed)",
+        "analytic operator's options: the fewest cubic-phase terms each group's phases need, "
+        "at most rfi.cubic_terms, on one piece per integration where no piece is then curved "
+        "(auto), or rfi.segments and rfi.cubic_terms as set (fixed)",
         choices=ANALYTIC_OPTIONS,
     )
     max_groups: int = option_field(4, "most baseline groups (compiled operator calls)", min=1)
@@ -192,8 +192,10 @@ class GroupSpec:
     operator: str  # "quadrature" or "analytic"
     n_time_samples: int  # fine samples per integration (1 for analytic: time is exact)
     n_freq_samples: int  # fine samples per channel
-    # Analytic groups: the operator's cubic-phase terms; None takes the configuration's.
+    # Analytic groups: the operator's cubic-phase terms and pieces per integration; None
+    # takes the configuration's.
     cubic_terms: int | None = None
+    segments: int | None = None
 
     @property
     def name(self) -> str:
@@ -398,7 +400,7 @@ def _grid(tables: GroupTables, freq_mhz) -> tuple:
 
 def _analytic_options(spec: GroupSpec, config: RfiVisConfig) -> dict:
     return {
-        "segments": config.segments,
+        "segments": config.segments if spec.segments is None else spec.segments,
         "terms": config.terms,
         "cubic_terms": config.cubic_terms if spec.cubic_terms is None else spec.cubic_terms,
         "memory_budget_bytes": config.memory_budget_bytes,
@@ -426,37 +428,79 @@ def cubic_phase_bound(delay_us, antennas, freqs_hz, chan_width: float, int_time:
     spread of d3 over the antennas bounds every pair's difference. Without a third derivative
     the bound is zero.
     """
+    spread = _derivative_spread(delay_us, antennas, 3)
+    return math.pi / 3 * _top_mhz(freqs_hz, chan_width) * (int_time / 2) ** 3 * spread
+
+
+def curvature_phase_bound(delay_us, antennas, freqs_hz, chan_width: float, int_time: float):
+    """The largest |b| (rad) of the same cubics (:func:`cubic_phase_bound`): the analytic
+    operator's ``b = pi nu d2 (T/2)**2``, d2 a pair's difference of the delays' second time
+    derivatives (us/s**2). Zero without a second derivative."""
+    spread = _derivative_spread(delay_us, antennas, 2)
+    return math.pi * _top_mhz(freqs_hz, chan_width) * (int_time / 2) ** 2 * spread
+
+
+def _derivative_spread(delay_us, antennas, order: int) -> float:
+    """The largest spread over ``antennas`` of the delays' ``order``-th time derivative."""
     d = np.asarray(delay_us)
-    if d.shape[-1] < 4 or len(antennas) == 0:
+    if d.shape[-1] <= order or len(antennas) == 0:
         return 0.0
-    d3 = d[np.asarray(antennas), ..., 3]
-    spread = float((d3.max(axis=0) - d3.min(axis=0)).max(initial=0.0))
-    nu = (float(np.max(freqs_hz)) + chan_width / 2) * 1e-6
-    return math.pi / 3 * nu * (int_time / 2) ** 3 * spread
+    dk = d[np.asarray(antennas), ..., order]
+    return float((dk.max(axis=0) - dk.min(axis=0)).max(initial=0.0))
 
 
-def analytic_spec(spec: GroupSpec, cubic: float, snr: float, config: RfiVisConfig, dtype):
+def _top_mhz(freqs_hz, chan_width: float) -> float:
+    """The top of the band (MHz)."""
+    return (float(np.max(freqs_hz)) + chan_width / 2) * 1e-6
+
+
+def analytic_spec(
+    spec: GroupSpec,
+    cubic: float,
+    snr: float,
+    config: RfiVisConfig,
+    dtype,
+    curvature: float = math.inf,
+):
     """An analytic group's spec with the fewest cubic terms its phases need
-    (``ri_kernels.fewest_cubic_terms``), under ``config.analytic_options`` "auto"; else
-    ``spec`` as it is.
+    (``ri_kernels.fewest_cubic_terms``), and one piece per integration instead of
+    ``config.segments`` where that holds them with no more cubic terms and no piece at or
+    above the curvature expansion's switch (``ri_kernels.curvature_switch``), under
+    ``config.analytic_options`` "auto"; else ``spec`` as it is.
 
-    cubic: the largest |c| of the group's phases (``cubic_phase_bound``), taken
-    ``PHASE_BOUND_MARGIN`` times over for fitted orbit corrections. snr: largest RFI power
-    over the noise: the truncation is held within ``OPERATOR_ERROR_SHARE`` of
-    ``config.tolerance`` of the noise, relative to the signal ``tolerance share / snr``.
-    dtype: the model's real dtype.
+    cubic, curvature: the largest |c| and |b| of the group's phases (``cubic_phase_bound``,
+    ``curvature_phase_bound``), each taken ``PHASE_BOUND_MARGIN`` times over for fitted orbit
+    corrections. snr: largest RFI power over the noise: the truncation is held within
+    ``OPERATOR_ERROR_SHARE`` of ``config.tolerance`` of the noise, relative to the signal
+    ``tolerance share / snr``. dtype: the model's real dtype.
+
+    One piece is the cheaper (float32, 32 satellites, 7 time points: a TPU v5e's value and
+    gradient 19.5 ns per element at one piece and one cubic term against 28.2 at two; a
+    CPU's forward evaluation 219 ns against 276 with no cubic term,
+    benchmarks/analytic_options.py) while no piece is curved. A piece's curvature is |b| at
+    one piece and a quarter of it at two: on the LEO scenes (benchmarks/scenarios) the
+    analytic groups' |b| reaches 0.38-0.43 rad, which at one piece puts 4-13% of their
+    elements above float32's switch of 0.20 rad, each at about twenty times the cost, and
+    none at two; navigation satellites and the rising LEO's group stay below 0.04 rad.
     """
     if spec.operator != "analytic" or config.analytic_options == "fixed":
         return spec
     error = OPERATOR_ERROR_SHARE * config.tolerance / snr if snr > 0 else math.inf
-    cubic_terms = ri_kernels.fewest_cubic_terms(
-        PHASE_BOUND_MARGIN * cubic,
-        error,
-        segments=config.segments,
-        cubic_terms=config.cubic_terms,
-        dtype=dtype,
-    )
-    return dataclasses.replace(spec, cubic_terms=cubic_terms)
+
+    def fewest(segments):
+        return ri_kernels.fewest_cubic_terms(
+            PHASE_BOUND_MARGIN * cubic,
+            error,
+            segments=segments,
+            cubic_terms=config.cubic_terms,
+            dtype=dtype,
+        )
+
+    cubic_terms, segments = fewest(config.segments), config.segments
+    straight = PHASE_BOUND_MARGIN * curvature < ri_kernels.curvature_switch(config.terms, dtype)
+    if segments > 1 and straight and fewest(1) <= cubic_terms:
+        cubic_terms, segments = fewest(1), 1
+    return dataclasses.replace(spec, cubic_terms=cubic_terms, segments=segments)
 
 
 def evaluate_group(
