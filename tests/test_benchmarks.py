@@ -382,3 +382,31 @@ def test_op_profile_benchmark_records_costs_and_each_operations_own_time(tmp_pat
         "%while.1": [65, 1], "%fusion.2": [25, 2], "%copy.3": [17, 2]
     }  # fmt: skip
     assert ops["%fusion.2"][2] == "f32[8,128]{1,0}"
+
+
+def test_curvature_benchmark_counts_the_curved_elements_at_one_and_two_pieces(tmp_path):
+    out = tmp_path / "curvature.json"
+    _run_benchmark("curvature.py", "--scenarios", "leo-rising", "--json", str(out))
+    (record,) = json.loads(out.read_text())  # the rising LEO's one analytic group
+    assert record["scenario"] == "leo-rising" and record["group"].startswith("analytic")
+    # its largest |b| (0.032 rad) below float32's switch (0.203) even at one piece, which
+    # rfi.analytic_options auto therefore takes
+    assert 0 < record["max_b_rad"] < record["switch_rad"] / 2
+    assert record["curved_one_piece"] == record["curved_two_pieces"] == 0
+    assert record["auto_options"]["segments"] == 1
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import curvature
+
+    # two pairs of three antennas, one source, two integrations, one channel at the top of
+    # which nu = 1000 MHz; T/2 = 1 s, so b = pi * 1000 * d2: pair (0, 1) 0.1 and 0.3 rad,
+    # pair (0, 2) 0.9 and 0 rad
+    class Obs:
+        a1, a2 = np.array([0, 0]), np.array([1, 2])
+        freqs_hz, chan_width, int_time = np.array([999.95e6]), 0.1e6, 2.0
+
+    d2 = np.zeros((3, 1, 2, 3))
+    d2[1, 0, :, 2] = np.array([0.1, 0.3]) / (np.pi * 1000)
+    d2[2, 0, :, 2] = np.array([0.9, 0.0]) / (np.pi * 1000)
+    counted = curvature.curved_fractions(Obs, np.array([True, True]), d2, 0.2)
+    assert counted["max_b_rad"] == pytest.approx(0.9, rel=1e-12)
+    assert counted["curved_one_piece"] == 0.5 and counted["curved_two_pieces"] == 0.25
