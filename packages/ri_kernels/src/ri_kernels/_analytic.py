@@ -383,16 +383,18 @@ def _tiled_pair_sum(signal, tables, int_time, p, q, cell_f, cell_t, n_mom, optio
     coef = _coefficients(signal, tables, antennas, cell_f, cell_t).transpose(0, 3, 4, 1, 2)
     n_coef, n_rfi, n_int_f = coef.shape[:3]
     parts = jnp.stack([coef.real, coef.imag]).reshape(-1, coef.shape[3] * n_cells)
-    ends = []
-    for antenna in (p, q):
+
+    def laid(antenna):
+        # padding positions match no column: zero coefficients, so a zero sum
         target = jnp.where(position < n_pos, antenna[pair] * n_cells + cell, -1)
         one_hot = (jnp.arange(parts.shape[1])[:, None] == target[None, :]).astype(real)
-        laid = jnp.matmul(parts, one_hot, precision=_HIGHEST)
-        laid = laid.reshape(2, n_coef, n_rfi, n_int_f, rows, _phase_moments._LANES)
-        ends.append(jax.lax.complex(laid[0], laid[1]))
+        both = jnp.matmul(parts, one_hot, precision=_HIGHEST)
+        both = both.reshape(2, n_coef, n_rfi, n_int_f, rows, _phase_moments._LANES)
+        return jax.lax.complex(both[0], both[1])
+
     at = tuple(v.reshape(rows, -1) for v in (pair, cell_f[cell], cell_t[cell]))
-    pair_ends, cells = _tiled_ends(signal, tables, int_time, p, q, at)
-    total = _pair_sum(ends[0], ends[1].conj(), pair_ends, cells, n_mom, options)
+    ends, cells = _tiled_ends(signal, tables, int_time, p, q, at)
+    total = _pair_sum(laid(p), laid(q).conj(), ends, cells, n_mom, options)
     return jnp.sum(total, axis=(0, 1)).reshape(-1)[:n_pos].reshape(p.shape[0], n_cells)
 
 
