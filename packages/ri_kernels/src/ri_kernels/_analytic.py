@@ -402,17 +402,14 @@ def _tiled_ends(signal, tables, int_time, p, q, at):
     """The :class:`_PairEnds` and :class:`_CellConstants` of :func:`_tiled_pair_sum`'s
     positions, whose pairs, channels and times are the (rows, 128) arrays ``at``."""
     pair, freq, time = at
-    ends = []
-    for antenna in (p, q):
-        ant = antenna[pair]
-        ends.append(signal.phase[:, ant, freq, time][:, None])
-    for antenna in (p, q):
-        ends.append(signal.delay[:, :, antenna[pair], time][:, :, None])
+    ant_p, ant_q = p[pair], q[pair]
+    phases = (signal.phase[:, ant, freq, time][:, None] for ant in (ant_p, ant_q))
+    delays = (signal.delay[:, :, ant, time][:, :, None] for ant in (ant_p, ant_q))
     cells = _CellConstants(tables.freq_mhz[freq][None], tables.dnu_mhz[:, None, None], int_time / 2)
     if tables.view is not None:
         lo, hi = (tables.view[:, time, k][:, None] for k in (0, 1))
         cells = cells._replace(view_centre=(lo + hi) / 2, view_half=(hi - lo) / 2)
-    return _PairEnds(ends[0], ends[1], ends[2], ends[3]), cells
+    return _PairEnds(*phases, *delays), cells
 
 
 def _bytes_per_pair_cell(amp, n_int_f, n_mom, segments, terms, cubic_terms):

@@ -343,7 +343,9 @@ def _patch_curved(w, curved, cubic, options):
 
 
 def _unravel(ids, layout):
-    """The indices along each axis of ``layout`` of flat element ids."""
+    """The indices along each axis of ``layout`` of flat element ids; an id past the end
+    keeps its first index out of range (``jnp.unravel_index`` clips it into range, where
+    ``mode="drop"`` would then overwrite the last element)."""
     index = []
     for n in layout[:0:-1]:
         index.append(ids % n)
@@ -361,7 +363,7 @@ def _evaluate(cubic, options, *, with_curved):
     The moment index stays the leading axis until the end: the sums over it (cubic series,
     translation) are then elementwise over the elements, which XLA's CPU loops vectorise
     (as a matrix product over a trailing moment axis they ran twice as slow), and the
-    translation back to x is a matrix product over it.
+    translation back to x is a matrix product over it on the CPU, sums of tiles elsewhere.
     """
     n_moments = options.n_moments
     centres = -1.0 + (1.0 / options.segments) * (2 * np.arange(options.segments) + 1)
@@ -372,7 +374,7 @@ def _evaluate(cubic, options, *, with_curved):
     alpha, beta, gamma = pieces.alpha, pieces.beta, pieces.gamma
 
     n_max = n_moments - 1 + 3 * options.cubic_terms
-    switch = expansion_switch(options.terms, log_tolerance(alpha.dtype))
+    switch = curvature_switch(options.terms, alpha.dtype)
     large = jnp.abs(beta) >= switch
     # (n_max + 1, segments, S)
     quad = expanded_moments(alpha, beta, n_max, options.terms, pieces.e_alpha)

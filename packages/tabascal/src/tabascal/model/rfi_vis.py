@@ -498,8 +498,8 @@ def analytic_spec(
 
     cubic_terms, segments = fewest(config.segments), config.segments
     straight = PHASE_BOUND_MARGIN * curvature < ri_kernels.curvature_switch(config.terms, dtype)
-    if segments > 1 and straight and fewest(1) <= cubic_terms:
-        cubic_terms, segments = fewest(1), 1
+    if segments > 1 and straight and (on_one := fewest(1)) <= cubic_terms:
+        cubic_terms, segments = on_one, 1
     return dataclasses.replace(spec, cubic_terms=cubic_terms, segments=segments)
 
 
