@@ -32,6 +32,7 @@ from ri_kernels._blocks import (
     map_blocks,
 )
 from ri_kernels._phase_moments import (
+    MAX_CHANNEL_TERMS,
     MAX_CUBIC_TERMS,
     MAX_SEGMENTS,
     MAX_TERMS,
@@ -218,21 +219,33 @@ def _phase_turns(ends, cells):
 
 def _moments(ends, cells, n_mom, options, n_slopes=0):
     """The phase moments of the pairs of :class:`_PairEnds` ``ends``, formed in one pass:
-    W_0..W_{n_mom-1} named _MOMENTS and W_{n_mom}..W_{n_mom+n_slopes-1} named _SLOPES (None
-    without ``n_slopes``), complex (count,) + element layout arrays in amp's dtype: the
-    :func:`~ri_kernels._phase_moments.to_elements` of (count, B, C, n_rfi, n_int_f)."""
+    W_0..W_{n_mom-1} and W_{n_mom}..W_{n_mom+n_slopes-1} (None without ``n_slopes``), complex
+    (count,) + element layout arrays in amp's dtype: the
+    :func:`~ri_kernels._phase_moments.to_elements` of (count, B, C, n_rfi, n_int_f).
+
+    With ``options["channel_terms"]`` J > 0 the moments are formed once per element at the
+    channel's centre, J - 1 orders more, and each fine channel's come from them
+    (:func:`_across_channel`); those formed are what reverse mode keeps (named _MOMENTS and
+    _SLOPES), n_int_f times fewer."""
     real = ends.phase_p.dtype
+    channel_terms = options["channel_terms"]
+    per_channel = cells
+    if channel_terms:
+        cells = _centre(cells)
+    count = n_mom + n_slopes
+    formed = count + max(channel_terms - 1, 0)
+    moment_options = {k: options[k] for k in ("segments", "terms", "cubic_terms")}
     cubic = _phase_cubic(ends, cells)
     laid = jax.tree.map(lambda v: to_elements(v, 0), cubic)
     if cells.view_centre is None:
-        re, im = laid_moments(laid, n_mom + n_slopes, **options)
+        re, im = laid_moments(laid, formed, **moment_options)
     else:
         centre, half = (
             to_elements(jnp.broadcast_to(v.astype(cubic.b.dtype), cubic.b.shape), 0)
             for v in (cells.view_centre, cells.view_half)
         )
         moved = _in_view_cubic(laid, centre, half)
-        in_y = laid_moments(moved, n_mom + n_slopes, **options)
+        in_y = laid_moments(moved, formed, **moment_options)
         re, im = _from_view(*in_y, centre, half)
 
     def named(orders, name):
@@ -241,8 +254,40 @@ def _moments(ends, cells, n_mom, options, n_slopes=0):
         parts = (checkpoint_name(v[orders].astype(real), name) for v in (re, im))
         return jax.lax.complex(*parts)
 
-    slopes = named(slice(n_mom, None), _SLOPES) if n_slopes else None
-    return named(slice(0, n_mom), _MOMENTS), slopes
+    split = formed - n_slopes
+    w = named(slice(0, split), _MOMENTS)
+    slopes = named(slice(split, None), _SLOPES) if n_slopes else None
+    if channel_terms:
+        both = w if slopes is None else jnp.concatenate([w, slopes])
+        both = _across_channel(both, ends, cells, per_channel, count, channel_terms)
+        w, slopes = both[:n_mom], both[n_mom:] if n_slopes else None
+    return w, slopes
+
+
+def _across_channel(centre, ends, cells, per_channel, count, channel_terms):
+    """Each fine channel's moments W_0..W_{count-1} from those at the channel's centre,
+    ``centre`` (count + J - 1,) + element layout, J = ``channel_terms``.
+
+    At fine channel u, dnu from the centre, the pair's phase is the centre's plus
+    ``kappa + epsilon x`` with kappa = 2 pi dnu d0 and epsilon = 2 pi dnu d1 T/2 (the
+    time-frequency cross term), and b and c scaled by nu / nu_centre (dropped: for a 1 MHz
+    channel at 100 MHz, 0.5% of a curvature that the analytic groups hold below a radian), so
+    ``W_m(u) = e^(i kappa) sum_{j < J} (i epsilon)^j / j! W_{m+j}(centre)``, with the error of
+    :func:`~ri_kernels._phase_moments.channel_series_error`. ``cells`` are the centre's
+    :class:`_CellConstants`, ``per_channel`` the fine channels'."""
+    centre = from_elements(centre, 1, _block_shape(ends, cells))
+    d0, d1 = (ends.delay_p[k] - ends.delay_q[k] for k in (0, 1))
+    dnu = per_channel.dnu_mhz
+    kappa = (2 * math.pi) * dnu * d0
+    epsilon = (2 * math.pi) * dnu * d1 * per_channel.half_time
+    total = centre[:count]
+    power = None
+    for j in range(1, channel_terms):
+        step = jax.lax.complex(jnp.zeros_like(epsilon), epsilon / j)
+        power = step if power is None else power * step
+        total = total + power * centre[j : j + count]
+    total = total * jax.lax.complex(jnp.cos(kappa), jnp.sin(kappa))
+    return to_elements(jnp.broadcast_to(total, (count, *_block_shape(ends, per_channel))), 1)
 
 
 def _block_shape(ends, cells):
@@ -412,13 +457,15 @@ def _tiled_ends(signal, tables, int_time, p, q, at):
     return _PairEnds(*phases, *delays), cells
 
 
-def _bytes_per_pair_cell(amp, n_int_f, n_mom, segments, terms, cubic_terms):
-    """Approximate bytes of intermediates per (baseline, cell) while the moments are formed."""
-    n_computed = n_mom + 3 * cubic_terms
+def _bytes_per_pair_cell(amp, n_int_f, n_mom, segments, terms, cubic_terms, channel_terms=0):
+    """Approximate bytes of intermediates per (baseline, cell) while the moments are formed:
+    at every fine channel, or with ``channel_terms`` once at the channel's centre."""
+    n_computed = n_mom + 3 * cubic_terms + max(channel_terms - 1, 0)
     reals = _REALS_FIXED + _REALS_PER_TERM * terms
     reals += _REALS_PER_MOMENT_SEGMENT * n_computed * segments
     work = jax.dtypes.canonicalize_dtype(np.float64).itemsize
-    return amp.shape[1] * n_int_f * (work * reals + 4 * n_mom * amp.dtype.itemsize)
+    formed_at = 1 if channel_terms else n_int_f
+    return amp.shape[1] * (formed_at * work * reals + n_int_f * 4 * n_mom * amp.dtype.itemsize)
 
 
 def _block_plan(n_bl, n_freq, n_time, per_pair_cell, budget, tile=1, n_ant=1):
@@ -477,9 +524,19 @@ def _block_coordinates(grid: _BlockGrid, block, n_bl: int, n_freq: int, n_time: 
 
 def _moments_of_block(signal, tables, int_time, p, q, cell_f, cell_t, n_mom, options):
     """The phase moments W_0..W_{n_mom-1} of a block's pairs and cells: a complex
-    (n_mom, B, C, n_rfi, n_int_f) array in amp's dtype."""
+    (n_mom, B, C, n_rfi, n_int_f) array in amp's dtype; with ``options["channel_terms"]`` J
+    > 0 those at each channel's centre, J - 1 orders more, (n_mom + J - 1, B, C, n_rfi, 1)."""
     ends, cells = _pair_ends(signal, tables, int_time, p, q, cell_f, cell_t)
+    if options["channel_terms"]:
+        n_mom += options["channel_terms"] - 1
+        cells = _centre(cells)
+        options = {**options, "channel_terms": 0}
     return from_elements(_moments(ends, cells, n_mom, options)[0], 1, _block_shape(ends, cells))
+
+
+def _centre(cells):
+    """:class:`_CellConstants` ``cells`` with one fine channel, at the channel's centre."""
+    return cells._replace(dnu_mhz=jnp.zeros_like(cells.dnu_mhz[:1]))
 
 
 def _signal(amp, phase, delay_us, amp_factor=None, tiled=False):
@@ -492,7 +549,8 @@ def _signal(amp, phase, delay_us, amp_factor=None, tiled=False):
 
 
 @functools.partial(
-    jax.jit, static_argnames=("segments", "terms", "cubic_terms", "memory_budget_bytes")
+    jax.jit,
+    static_argnames=("segments", "terms", "cubic_terms", "channel_terms", "memory_budget_bytes"),
 )
 def _analytic(
     indices,
@@ -506,9 +564,15 @@ def _analytic(
     segments,
     terms,
     cubic_terms,
+    channel_terms,
     memory_budget_bytes,
 ):
-    options = {"segments": segments, "terms": terms, "cubic_terms": cubic_terms}
+    options = {
+        "segments": segments,
+        "terms": terms,
+        "cubic_terms": cubic_terms,
+        "channel_terms": channel_terms,
+    }
     n_ant, n_rfi, n_freq, n_time = phase.shape
     n_bl = indices.a1.shape[0]
     if n_bl == 0:
@@ -537,7 +601,16 @@ def _analytic(
             ends, cells = _pair_ends(signal, tables, int_time, p, q, cell_f, cell_t)
             total = _pair_sum(coef_p, conj_q, ends, cells, n_mom, options)
         else:  # given: the block's pairs and cells of them, (n_mom, B, C, n_rfi, n_int_f)
-            total = _products(coef_p, conj_q, moments[:, rows[:, None], cell_f[None], cell_t[None]])
+            kept = moments[:, rows[:, None], cell_f[None], cell_t[None]]
+            if channel_terms:  # at the channels' centres, (n_mom + J - 1, B, C, n_rfi, 1)
+                ends, cells = jax.lax.stop_gradient(
+                    _pair_ends(signal, tables, int_time, p, q, cell_f, cell_t)
+                )
+                laid = _across_channel(
+                    to_elements(kept, 1), ends, _centre(cells), cells, n_mom, channel_terms
+                )
+                kept = from_elements(laid, 1, _block_shape(ends, cells))
+            total = _products(coef_p, conj_q, kept)
         return jnp.sum(total, axis=(2, 3)) / n_int_f
 
     if moments is None:
@@ -545,7 +618,7 @@ def _analytic(
         # form n_mom + 3 of them (about a fifth more intermediates at n_coef = 3).
         per_pair_cell = _bytes_per_pair_cell(amp, n_int_f, n_mom, **options)
     else:  # only the given moments' gather and the sum: no moment is formed
-        per_pair_cell = _bytes_per_pair_cell(amp, n_int_f, n_mom, 0, 0, 0)
+        per_pair_cell = _bytes_per_pair_cell(amp, n_int_f, n_mom, 0, 0, 0, 0)
     tile = _phase_moments._SUBLANES * _phase_moments._LANES if tiled else 1
     block_ids, grid = _block_plan(
         n_bl, n_freq, n_time, per_pair_cell, memory_budget_bytes, tile, n_ant
@@ -554,6 +627,8 @@ def _analytic(
     # depend on amp, and recomputing them is most of a value-and-gradient's cost. With phase
     # or delay tangents, keep the three more moments their derivatives take when those fit too.
     per_moment = n_bl * n_freq * n_time * n_rfi * n_int_f * amp.dtype.itemsize
+    if channel_terms:  # formed at the channel's centre, channel_terms - 1 orders more
+        per_moment = (per_moment // n_int_f) * (n_mom + channel_terms - 1) // n_mom
     saved = [
         n
         for n, count in ((_MOMENTS, n_mom), (_SLOPES, n_mom + 3))
@@ -594,6 +669,7 @@ def analytic_eval_with_indices(
     moments=None,
     view=None,
     amp_factor=None,
+    channel_terms: int = 0,
 ):
     """RFI visibilities in closed form over each integration, for the baselines of ``indices``.
 
@@ -620,13 +696,23 @@ def analytic_eval_with_indices(
         segments, terms, cubic_terms: closed-form options, in 1..1024, 1..32 and 0..8
             (:mod:`ri_kernels._phase_moments`); ``cubic_terms=0`` drops the cubic phase
             ``c x**3``: the result is that of delays without a third derivative.
+        channel_terms: 0 (the default) forms the moments at every fine channel; J in 1..8
+            forms them once at each channel's centre, J - 1 orders more, and each fine
+            channel's from them: ``W_m(u) = e^(i kappa) sum_{j < J} (i epsilon)^j / j!
+            W_{m+j}``, kappa = 2 pi dnu d0 and epsilon = 2 pi dnu d1 int_time / 2 (pair delay
+            and rate differences d0, d1), with b and c taken at the centre frequency: about
+            n_int_f times less of the operator's costliest work, within
+            :func:`channel_series_error` of the signal (plus dnu / nu of the curvature |b| +
+            |c|, in rad). With ``moments``, the channel_terms they were formed with.
         memory_budget_bytes: approximate bytes of intermediates per block of (baseline, cell).
         moments: None (the moments are formed here), or the phase moments of these same
             arguments from :func:`analytic_moments_with_indices`, formed once and reused: with
             fixed phases and delays they are the same at every call, and forming them is most
             of the operator's work. ``segments``, ``terms`` and ``cubic_terms`` are then those
-            the moments were formed with; they are not used here. Kept moments are constants:
-            pass moments=None when the delays are fitted.
+            the moments were formed with; they are not used here. ``channel_terms`` is, and
+            must be the moments' own: with J > 0 they are kept at the channels' centres,
+            n_int_f times fewer, and each fine channel's are made from them at every call.
+            Kept moments are constants: pass moments=None when the delays are fitted.
         view: None (every source in view throughout), or (n_rfi, n_time, 2) real, the part
             ``[lo, hi]`` of [-1, 1] (in x) of each integration in which each source is in view
             (a satellite rising or setting within it; ``lo = hi`` for none of it): the time
@@ -644,8 +730,9 @@ def analytic_eval_with_indices(
     Real arrays must be float32 with complex64 and float64 with complex128. ``amp``,
     ``amp_factor``, ``phase`` and ``delay_us`` are differentiated, in forward and reverse
     mode; the delay orders above 3, which the operator drops, have zero derivative, and so has
-    order 3 with ``cubic_terms=0``. With ``moments`` given, phase and delays are not read: their
-    derivatives are zero. The tables, offsets, channel centres and ``int_time`` are
+    order 3 with ``cubic_terms=0``. With ``moments`` given, phase and delays are not
+    differentiated (their derivatives are zero); only the delays' first two orders are read,
+    with ``channel_terms``. The tables, offsets, channel centres and ``int_time`` are
     constants. A derivative along phase or delay costs three more moments per element (none
     along phase alone), formed with the others: the moments' derivatives are moments,
     ``dW_m/d(phi0, a, b, c) = i W_{m + (0, 1, 2, 3)}``. A value, or a derivative along amp
@@ -670,18 +757,26 @@ def analytic_eval_with_indices(
         memory_budget_bytes,
         view,
         amp_factor,
+        channel_terms,
     )
     tables, delay_us, int_time, options = checked
     if moments is not None:
         n_bl, (_, n_rfi, n_freq, n_time) = indices.a1.shape[0], amp.shape
+        terms = options["channel_terms"]
+        n_mom, n_int_f = 2 * g_time.shape[2] - 1, dnu_mhz.shape[0]
+        expected, *words = (
+            ((n_mom + terms - 1, n_bl, n_freq, n_time, n_rfi, 1), "2 n_coef + J - 2", "1")
+            if terms
+            else ((n_mom, n_bl, n_freq, n_time, n_rfi, n_int_f), "2 n_coef - 1", "n_int_f")
+        )
         _validate.array(
             _FN,
             "moments",
             moments,
             amp.dtype,
-            (2 * g_time.shape[2] - 1, n_bl, n_freq, n_time, n_rfi, dnu_mhz.shape[0]),
-            "(2 n_coef - 1, n_bl, n_freq, n_time, n_rfi, n_int_f) from "
-            "analytic_moments_with_indices",
+            expected,
+            f"({words[0]}, n_bl, n_freq, n_time, n_rfi, {words[1]}) from "
+            f"analytic_moments_with_indices with the same channel_terms={terms}",
         )
     return _analytic(
         indices, amp, amp_factor, phase, delay_us, tables, int_time, moments, **options
@@ -707,6 +802,7 @@ def _checked(
     memory_budget_bytes,
     view=None,
     amp_factor=None,
+    channel_terms=0,
 ):
     """The checks both seams make (``amp`` may be a ``jax.ShapeDtypeStruct``), then the
     operator's tables, delays with orders 0..3, integration time and static options."""
@@ -722,6 +818,7 @@ def _checked(
         "segments": _validate.option(fn, "segments", segments, 1, MAX_SEGMENTS),
         "terms": _validate.option(fn, "terms", terms, 1, MAX_TERMS),
         "cubic_terms": _validate.option(fn, "cubic_terms", cubic_terms, 0, MAX_CUBIC_TERMS),
+        "channel_terms": _validate.option(fn, "channel_terms", channel_terms, 0, MAX_CHANNEL_TERMS),
         "memory_budget_bytes": _validate.budget(fn, memory_budget_bytes),
     }
     if view is not None:

@@ -28,7 +28,14 @@ from ri_kernels._blocks import DEFAULT_MEMORY_BUDGET_BYTES, map_blocks
 
 @functools.partial(
     jax.jit,
-    static_argnames=("n_coef", "segments", "terms", "cubic_terms", "memory_budget_bytes"),
+    static_argnames=(
+        "n_coef",
+        "segments",
+        "terms",
+        "cubic_terms",
+        "channel_terms",
+        "memory_budget_bytes",
+    ),
 )
 def _moments(
     indices,
@@ -40,15 +47,22 @@ def _moments(
     segments,
     terms,
     cubic_terms,
+    channel_terms,
     memory_budget_bytes,
 ):
-    """Every pair's and cell's phase moments: (n_mom, n_bl, n_freq, n_time, n_rfi, n_int_f)."""
-    options = {"segments": segments, "terms": terms, "cubic_terms": cubic_terms}
+    """Every pair's and cell's phase moments: (n_mom, n_bl, n_freq, n_time, n_rfi, n_int_f),
+    or with ``channel_terms`` J > 0 at the channels' centres, (n_mom + J - 1, ..., 1)."""
+    options = {
+        "segments": segments,
+        "terms": terms,
+        "cubic_terms": cubic_terms,
+        "channel_terms": channel_terms,
+    }
     n_ant, n_rfi, n_freq, n_time = phase.shape
     n_bl, n_int_f, n_mom = indices.a1.shape[0], tables.dnu_mhz.shape[0], 2 * n_coef - 1
     complex_dtype = jax.lax.complex(phase[:0], phase[:0]).dtype
-    if n_bl == 0:
-        return jnp.zeros((n_mom, 0, n_freq, n_time, n_rfi, n_int_f), complex_dtype)
+    like = jax.ShapeDtypeStruct((n_ant, n_rfi), complex_dtype)
+    per_pair_cell = _bytes_per_pair_cell(like, n_int_f, n_mom, **options)
     signal = _signal(None, phase, delay_us)
 
     def block(block_id):
@@ -56,19 +70,23 @@ def _moments(
         p, q = indices.a1[rows], indices.a2[rows]
         return _moments_of_block(signal, tables, int_time, p, q, cell_f, cell_t, n_mom, options)
 
-    like = jax.ShapeDtypeStruct((n_ant, n_rfi), complex_dtype)
-    per_pair_cell = _bytes_per_pair_cell(like, n_int_f, n_mom, **options)
+    n_kept, n_int_f = n_mom, n_int_f
+    if channel_terms:  # kept at the channels' centres, channel_terms - 1 orders more
+        n_kept, n_int_f = n_mom + channel_terms - 1, 1
+    if n_bl == 0:
+        return jnp.zeros((n_kept, 0, n_freq, n_time, n_rfi, n_int_f), complex_dtype)
+
     block_ids, grid = _block_plan(n_bl, n_freq, n_time, per_pair_cell, memory_budget_bytes)
-    ys = map_blocks(block, block_ids)  # (n_blocks, n_mom, B, C, n_rfi, n_int_f)
+    ys = map_blocks(block, block_ids)  # (n_blocks, n_kept, B, C, n_rfi, n_int_f)
     ys = ys.reshape(grid.n_row_blocks, grid.n_cell_blocks, *ys.shape[1:])
     ys = ys.transpose(2, 0, 3, 1, 4, 5, 6).reshape(
-        n_mom,
+        n_kept,
         grid.n_row_blocks * grid.rows_per_block,
         grid.n_cell_blocks * grid.cells_per_block,
         n_rfi,
         n_int_f,
     )
-    return ys[:, :n_bl, : n_freq * n_time].reshape(n_mom, n_bl, n_freq, n_time, n_rfi, n_int_f)
+    return ys[:, :n_bl, : n_freq * n_time].reshape(n_kept, n_bl, n_freq, n_time, n_rfi, n_int_f)
 
 
 def analytic_moments_with_indices(
@@ -88,6 +106,7 @@ def analytic_moments_with_indices(
     cubic_terms: int = 3,
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
     view=None,
+    channel_terms: int = 0,
 ):
     """The phase moments :func:`analytic_eval_with_indices` forms from the same arguments
     (all but ``amp``; ``view`` as there), to be formed once and passed to it as ``moments`` at
@@ -98,11 +117,16 @@ def analytic_moments_with_indices(
     cell (f, t). They depend on the phases, the delays and the fine channels alone, so a fit
     with fixed orbits forms them once.
 
+    With ``channel_terms`` J > 0 (as :func:`analytic_eval_with_indices` takes it) they are
+    those at each channel's centre, J - 1 orders more, from which the operator makes each fine
+    channel's at every call: n_int_f times fewer to keep, for the work of the series.
+
     Returns:
         (2 n_coef - 1, n_bl, n_freq, n_time, n_rfi, n_int_f) complex moments (complex64 with
         float32 arguments, complex128 with float64), with
         ``8 (2 n_coef - 1) n_bl n_freq n_time n_rfi n_int_f`` bytes in complex64 (twice in
-        complex128): what keeping them costs.
+        complex128): what keeping them costs; with channel_terms J > 0,
+        (2 n_coef + J - 2, n_bl, n_freq, n_time, n_rfi, 1).
     """
     fn = "analytic_moments_with_indices"
     complex_of = {np.dtype(real): cplx for cplx, real in _validate.PRECISION_PAIRS.items()}
@@ -132,6 +156,7 @@ def analytic_moments_with_indices(
         cubic_terms,
         memory_budget_bytes,
         view,
+        channel_terms=channel_terms,
     )
     tables, delay_us, int_time, options = checked
     n_coef = g_time.shape[2]
