@@ -44,16 +44,18 @@ def _rfi_vis(obs, precision, **rfi):
         amp, c.phase, c.delay_us, c.freq_mhz, c.groups, spec.groups, spec.n_bl, spec.rfi_vis
     )
     (options,) = model.info["rfi_analytic_options"].values()
-    return np.asarray(vis), (options["segments"], options["cubic_terms"])
+    return np.asarray(vis), tuple(options[k] for k in ("segments", "cubic_terms", "channel_terms"))
 
 
-# (store, tolerance, the cubic terms "auto" takes, largest difference from the configured
-# three terms' visibilities measured, in noise): navigation satellites, which need none; a
-# rising LEO, whose cubic takes one term at the default tolerance and none at ten times it.
+# (store, tolerance, the (pieces, cubic terms, channel terms) "auto" takes, largest difference
+# from the configured two pieces and three terms' visibilities, at every fine channel,
+# measured, in noise): navigation satellites, which need no cubic term and two terms across
+# a channel (1.6e-7; 3.6e-8 at every fine channel); a rising LEO, whose cubic takes one term
+# at the default tolerance and none at ten times it, where its channels take two terms.
 CASES = [
-    ("small_store", 0.1, (1, 0), 3.6e-8),
-    ("rising_store", 0.1, (2, 1), 1.6e-10),
-    ("rising_store", 1.0, (2, 0), 4.3e-3),
+    ("small_store", 0.1, (1, 0, 2), 1.6e-7),
+    ("rising_store", 0.1, (2, 1, 0), 1.6e-10),
+    ("rising_store", 1.0, (2, 0, 2), 4.2e-3),
 ]
 
 
@@ -65,7 +67,7 @@ def test_fitted_options_predict_within_their_share_of_the_tolerance(
     obs = read_observation(request.getfixturevalue(store))
     auto, options = _rfi_vis(obs, "double", tolerance=tolerance)
     fixed, configured = _rfi_vis(obs, "double", tolerance=tolerance, analytic_options="fixed")
-    assert options == chosen and configured == (2, 3)
+    assert options == chosen and configured == (2, 3, 0)
     apart = np.abs(auto - fixed).max() / np.min(obs.noise)
     print(f"{store} tolerance {tolerance}: {options}, {apart:.2e} of the noise apart")
     # Within the operator's share of the tolerance, which the choice promises, and near the
@@ -92,14 +94,15 @@ def pass_store(tmp_path_factory):
 
 
 # (store, what "auto" takes in float32 as shipped, a bound near the largest difference from
-# the configured (2 pieces, 3 terms) visibilities, in noise): navigation satellites and the
-# rising LEO take one piece (measured 1.6e-5 and 9.3e-5: float32 rounding of signals up to
-# hundreds of times the noise), the LEO pass two (measured 0: its cubic's second and third
-# terms are below float32's rounding).
+# the configured (2 pieces, 3 terms, at every fine channel) visibilities, in noise):
+# navigation satellites and the rising LEO take one piece (measured 2.0e-5, with two terms
+# across a channel, and 9.3e-5: float32 rounding of signals up to hundreds of times the
+# noise), the LEO pass two (measured 0: its cubic's second and third terms are below
+# float32's rounding).
 SINGLE_CASES = [
-    ("small_store", (1, 0), 1.6e-3),
-    ("rising_store", (1, 1), 9.3e-3),
-    ("pass_store", (2, 1), 1e-7),
+    ("small_store", (1, 0, 2), 2.0e-3),
+    ("rising_store", (1, 1, 0), 9.3e-3),
+    ("pass_store", (2, 1, 0), 1e-7),
 ]
 
 
@@ -116,7 +119,7 @@ def test_one_piece_where_no_piece_would_be_curved_float32(request, store, chosen
     assert (rfi_vis.PHASE_BOUND_MARGIN * curvature < switch) == (chosen[0] == 1)
     auto, options = _rfi_vis(obs, "single")
     fixed, configured = _rfi_vis(obs, "single", analytic_options="fixed")
-    assert options == chosen and configured == (2, 3)
+    assert options == chosen and configured == (2, 3, 0)
     apart = np.abs(auto - fixed).max() / np.min(obs.noise)
     print(f"{store}: {options}, curvature {curvature:.2g} rad, {apart:.2e} of the noise apart")
     assert apart <= rfi_vis.OPERATOR_ERROR_SHARE * 0.1  # the default tolerance's share

@@ -9,15 +9,16 @@ from tabascal.model.rfi_vis import GroupSpec, RfiVisConfig
 
 QUAD, ANALYTIC = GroupSpec("quadrature", 4, 2), GroupSpec("analytic", 1, 3)
 MIB = 2**20
+C, CENTRES = rfi_vis.KEPT_AT_CHANNELS, rfi_vis.KEPT_AT_CENTRES
 
 
 @pytest.mark.parametrize(
     ("mode", "budget_mib", "sizes_mib", "want"),
     [
-        ("auto", 10, [0, 4, 5], (False, True, True)),  # 9 MiB fit in 10
-        ("auto", 8, [0, 4, 5], (False, True, False)),  # the second would pass the budget
-        ("auto", 3, [0, 4, 2], (False, False, True)),  # a later, smaller group still fits
-        ("always", 0, [0, 4, 5], (False, True, True)),  # every analytic group, past any budget
+        ("auto", 10, [0, 4, 5], (False, C, C)),  # 9 MiB fit in 10
+        ("auto", 8, [0, 4, 5], (False, C, False)),  # the second would pass the budget
+        ("auto", 3, [0, 4, 2], (False, False, C)),  # a later, smaller group still fits
+        ("always", 0, [0, 4, 5], (False, C, C)),  # every analytic group, past any budget
         ("never", 1e6, [0, 4, 5], (False, False, False)),
     ],
 )
@@ -46,7 +47,7 @@ def test_without_phase_cache_mb_the_budget_is_a_fraction_of_the_device_memory():
     assert rfi_vis.phase_cache_budget_bytes(quarter, 6 * 2**30)[0] == 1.5 * 2**30
     # 2.5 GiB of moments: kept within half of 6 GiB, formed at every step within a quarter
     sizes, specs = [2.5 * 2**30], (ANALYTIC,)
-    assert rfi_vis.plan_phase_cache(sizes, specs, config, budget) == (True,)
+    assert rfi_vis.plan_phase_cache(sizes, specs, config, budget) == (C,)
     assert rfi_vis.plan_phase_cache(sizes, specs, quarter, 1.5 * 2**30) == (False,)
     # where the device's memory is unknown, 1 GiB
     assert rfi_vis.phase_cache_budget_bytes(config, None) == (
@@ -76,3 +77,41 @@ def test_moments_bytes_are_the_bytes_of_the_moments_ri_kernels_forms():
     # fine channel in complex64
     n_cells = a1.size * n_freq * n_time * n_src * ANALYTIC.n_freq_samples
     assert size == 8 * (2 * 3 - 1) * n_cells
+
+
+def test_moments_at_the_channels_centres_where_only_those_fit():
+    """A group with channel terms keeps its moments at its channels' centres where those at
+    every fine channel would pass the budget, and says so; their bytes are those of the
+    array ri_kernels returns."""
+    n_ant, n_src, n_freq, n_time = 4, 2, 3, 5
+    config = RfiVisConfig(time_stencil=3, phase_cache_mb=3.0)
+    spec = GroupSpec("analytic", 1, 7, channel_terms=2)
+    a1, a2 = np.triu_indices(n_ant, 1)
+    tables = rfi_vis.make_group_tables(
+        spec, np.arange(a1.size), a1, a2, n_ant, n_freq, n_time, 1e5, 2.0, config, np.float32
+    )
+    rng = np.random.default_rng(0)
+    phase = rng.uniform(0, 6, (n_ant, n_src, n_freq, n_time)).astype(np.float32)
+    delay = (rng.normal(size=(n_ant, n_src, n_time, 4)) * 1e-3).astype(np.float32)
+    freq = np.linspace(1000, 1001, n_freq).astype(np.float32)
+    moments = rfi_vis.group_moments(spec, tables, phase, delay, freq, config, centres=True)
+    # 2 n_coef - 1 + 1 moments at one point per channel
+    assert moments.shape == (6, a1.size, n_freq, n_time, n_src, 1)
+    model_shape = (n_src, n_freq, n_time)
+    at_centres = rfi_vis.moments_bytes(spec, a1.size, model_shape, config, np.complex64, True)
+    assert at_centres == moments.nbytes
+    assert rfi_vis.moments_bytes(ANALYTIC, a1.size, model_shape, config, np.complex64, True) == 0
+    # per channel 5 MiB, at the centres 1 MiB: within 3 MiB only the centres fit
+    sizes, centres = [0, 5 * MIB, 5 * MIB], [0, 1 * MIB, 0]
+    specs = (QUAD, spec, ANALYTIC)
+    keep = rfi_vis.plan_phase_cache(sizes, specs, config, 3 * MIB, centres)
+    assert keep == (False, CENTRES, False)
+    assert rfi_vis.plan_phase_cache([0, 2 * MIB], specs[:2], config, 3 * MIB, centres[:2]) == (
+        False,
+        C,
+    )
+    budget = (3 * MIB, "phase_cache_mb")
+    report = rfi_vis.phase_cache_report(sizes[:2], specs[:2], keep[:2], config, budget, centres[:2])
+    group = report["groups"][spec.name]
+    assert group == {"kept": True, "mib_per_device": 5, "at": CENTRES, "kept_mib_per_device": 1}
+    assert report["kept_mib_per_device"] == 1

@@ -364,12 +364,26 @@ def add_run(subparsers) -> None:
     parser.set_defaults(func=_run)
 
 
+def _channel_terms(options: dict) -> str:
+    """The plan's words for an analytic group's series across a channel."""
+    terms = options.get("channel_terms", 0)
+    if not terms:
+        return ""
+    return f", {terms} channel term{'s' if terms != 1 else ''} where its moments are formed"
+
+
+def _kept_words(group: dict) -> str:
+    if not group["kept"]:
+        return "formed every step"
+    return "kept at the channels' centres" if group.get("at") == "centres" else "kept"
+
+
 def _phase_cache_line(report: dict) -> str:
     """What ``rfi.phase_cache`` chose per analytic group, in words."""
     if not report["groups"]:
         return "none to keep (no analytic group)"
     parts = [
-        f"{name} {'kept' if g['kept'] else 'formed every step'} ({g['mib_per_device']:.1f} MiB)"
+        f"{name} {_kept_words(g)} ({g.get('kept_mib_per_device', g['mib_per_device']):.1f} MiB)"
         for name, g in report["groups"].items()
     ]
     return (
@@ -424,7 +438,7 @@ def _plan(args: argparse.Namespace) -> int:
         pieces = f"{options['segments']} piece{'s' if options['segments'] != 1 else ''}"
         print(
             f"  {name + ' options':<30} {pieces}, {options['terms']} curvature terms, "
-            f"{options['cubic_terms']} cubic terms"
+            f"{options['cubic_terms']} cubic terms" + _channel_terms(options)
         )
     print(f"  phase moments                  {_phase_cache_line(placed.info['rfi_phase_cache'])}")
     for name, step in steps.items():

@@ -52,6 +52,7 @@ _RFI = Section(
             "segments",
             "terms",
             "cubic_terms",
+            "channel_terms",
             "analytic_options",
             "memory_budget_mb",
             "phase_cache",

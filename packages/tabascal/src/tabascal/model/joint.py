@@ -20,6 +20,7 @@ shard.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -499,7 +500,10 @@ def _fitted_spec(spec, members, meta, geom: Geometry, snr: float, config: ModelC
         bound(geom.delay_us, antennas, meta.freqs_hz, meta.chan_width, meta.int_time)
         for bound in (rfi_vis.cubic_phase_bound, rfi_vis.curvature_phase_bound)
     )
-    return rfi_vis.analytic_spec(spec, cubic, snr, config.rfi_vis, real, curvature)
+    rate = rfi_vis.rate_phase_bound(geom.delay_us, antennas, meta.chan_width, meta.int_time)
+    low = float(np.min(meta.freqs_hz)) - meta.chan_width / 2
+    ratio = meta.chan_width / 2 / low if low > 0 else math.inf
+    return rfi_vis.analytic_spec(spec, cubic, snr, config.rfi_vis, real, curvature, rate, ratio)
 
 
 def _groups(meta, geom: Geometry, snr: float, config: ModelConfig, real, view=None):

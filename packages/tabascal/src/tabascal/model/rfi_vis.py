@@ -69,6 +69,9 @@ class RfiVisConfig:
     analytic_options: "auto": each analytic group takes the fewest cubic terms its own phases
       need, at most ``cubic_terms``, and one piece per integration where its phases' curvature
       allows (``analytic_spec``); "fixed": ``segments`` and ``cubic_terms`` as set.
+    channel_terms: under "auto", the most terms of the analytic operator's series across a
+      channel that a group whose moments are formed at every step takes (its moments then
+      formed once per channel, not per fine channel); 0, or "fixed": at every fine channel.
     max_groups: most groups (compiled operator calls); the smallest are merged upwards.
     memory_budget_mb: fine-grid working memory of each operator call (MiB), which sets how many
       cells (and baselines) the operators evaluate at once. On the baseline axis each device
@@ -132,6 +135,13 @@ class RfiVisConfig:
     # (benchmarks/analytic_options.py, 2026-12-06), three terms took 458 ns forward and 762 ns
     # with the gradient per element on a 2-core CPU, one 279 and 557 ns; on a TPU v5e 17.6
     # and 35.2 ns, one 13.9 and 28.2 ns, and one piece with one term 9.8 and 19.5 ns.
+    channel_terms: int = option_field(
+        4,
+        "analytic operator: most terms of its series across a channel, where a group's moments "
+        "are formed at every step, under analytic_options auto (0: at every fine channel)",
+        min=0,
+        max=ri_kernels.MAX_CHANNEL_TERMS,
+    )
     analytic_options: str = option_field(
         "auto",
         "analytic operator's options: the fewest cubic-phase terms each group's phases need, "
@@ -196,6 +206,10 @@ class GroupSpec:
     # takes the configuration's.
     cubic_terms: int | None = None
     segments: int | None = None
+    # Terms of the operator's series across a channel (``analytic_spec``): moments formed at
+    # each channel's centre; 0 or None: at every fine channel. Kept moments are kept at every
+    # fine channel where they fit, at the centres where only those do (``plan_phase_cache``).
+    channel_terms: int | None = None
 
     @property
     def name(self) -> str:
@@ -398,23 +412,28 @@ def _grid(tables: GroupTables, freq_mhz) -> tuple:
     )
 
 
-def _analytic_options(spec: GroupSpec, config: RfiVisConfig) -> dict:
+def _analytic_options(spec: GroupSpec, config: RfiVisConfig, centres: bool = True) -> dict:
+    """The analytic operator's options of ``spec``; without ``centres``, with its moments at
+    every fine channel (kept so, ``plan_phase_cache``)."""
     return {
         "segments": config.segments if spec.segments is None else spec.segments,
         "terms": config.terms,
         "cubic_terms": config.cubic_terms if spec.cubic_terms is None else spec.cubic_terms,
+        "channel_terms": (spec.channel_terms or 0) if centres else 0,
         "memory_budget_bytes": config.memory_budget_bytes,
     }
 
 
 def analytic_options_report(specs, config: RfiVisConfig) -> dict:
-    """Each analytic group's operator options (pieces, curvature and cubic terms), by the
-    group's name in ``rfi_groups``, for summary.json and ``tabascal plan``."""
+    """Each analytic group's operator options (pieces, curvature and cubic terms, and terms
+    across a channel where its moments are formed at every step), by the group's name in
+    ``rfi_groups``, for summary.json and ``tabascal plan``."""
     report = {}
+    names = ("segments", "terms", "cubic_terms", "channel_terms")
     for spec in specs:
         if spec.operator == "analytic":
             options = _analytic_options(spec, config)
-            report[spec.name] = {k: options[k] for k in ("segments", "terms", "cubic_terms")}
+            report[spec.name] = {k: options[k] for k in names}
     return report
 
 
@@ -440,6 +459,15 @@ def curvature_phase_bound(delay_us, antennas, freqs_hz, chan_width: float, int_t
     return math.pi * _top_mhz(freqs_hz, chan_width) * (int_time / 2) ** 2 * spread
 
 
+def rate_phase_bound(delay_us, antennas, chan_width: float, int_time: float):
+    """The largest |epsilon| (rad) of the same pairs: the time-frequency cross term
+    ``2 pi dnu d1 T/2`` of the analytic operator's series across a channel
+    (``ri_kernels.channel_series_error``), dnu at the channel's edge (MHz) and d1 a pair's
+    difference of delay rates (us/s). Zero without a first derivative."""
+    spread = _derivative_spread(delay_us, antennas, 1)
+    return 2 * math.pi * (chan_width / 2 * 1e-6) * spread * (int_time / 2)
+
+
 def _derivative_spread(delay_us, antennas, order: int) -> float:
     """The largest spread over ``antennas`` of the delays' ``order``-th time derivative."""
     d = np.asarray(delay_us)
@@ -461,6 +489,8 @@ def analytic_spec(
     config: RfiVisConfig,
     dtype,
     curvature: float = math.inf,
+    rate: float = math.inf,
+    channel_ratio: float = math.inf,
 ):
     """An analytic group's spec with the fewest cubic terms its phases need
     (``ri_kernels.fewest_cubic_terms``), and one piece per integration instead of
@@ -473,6 +503,17 @@ def analytic_spec(
     corrections. snr: largest RFI power over the noise: the truncation is held within
     ``OPERATOR_ERROR_SHARE`` of ``config.tolerance`` of the noise, relative to the signal
     ``tolerance share / snr``. dtype: the model's real dtype.
+
+    Under "auto" the group also takes the fewest terms of the operator's series across a
+    channel (``ri_kernels.fewest_channel_terms``) that hold its cross term ``rate``
+    (``rate_phase_bound``, taken ``PHASE_BOUND_MARGIN`` times over) within half that error,
+    where the curvature the series takes at the channel's centre, ``channel_ratio`` (half a
+    channel over its frequency) times ``curvature`` + ``cubic``, stays within the other half:
+    used where the group's moments are formed at every step, whose costliest work it divides
+    by about the fine channels (float32, 16 antennas, 32 satellites, 7 fine channels, 2
+    pieces, 1 cubic term: a CPU's forward evaluation 0.24 -> 0.14 s, value and gradient
+    0.46 -> 0.34 s, benchmarks/analytic_options.py). Kept moments are formed at every fine
+    channel.
 
     One piece is the cheaper (float32, 32 satellites, 7 time points: a TPU v5e's value and
     gradient 19.5 ns per element at one piece and one cubic term against 28.2 at two; a
@@ -500,7 +541,15 @@ def analytic_spec(
     straight = PHASE_BOUND_MARGIN * curvature < ri_kernels.curvature_switch(config.terms, dtype)
     if segments > 1 and straight and (on_one := fewest(1)) <= cubic_terms:
         cubic_terms, segments = on_one, 1
-    return dataclasses.replace(spec, cubic_terms=cubic_terms, segments=segments)
+    channel_terms = 0
+    centred = PHASE_BOUND_MARGIN * channel_ratio * (curvature + cubic)
+    if spec.n_freq_samples > 1 and config.channel_terms and centred <= error / 2:
+        channel_terms = ri_kernels.fewest_channel_terms(
+            PHASE_BOUND_MARGIN * rate, error / 2, channel_terms=config.channel_terms, dtype=dtype
+        )
+    return dataclasses.replace(
+        spec, cubic_terms=cubic_terms, segments=segments, channel_terms=channel_terms
+    )
 
 
 def evaluate_group(
@@ -525,32 +574,41 @@ def evaluate_group(
         return ri_kernels.quadrature_eval_with_indices(
             *signal, memory_budget_bytes=config.memory_budget_bytes, amp_factor=amp_factor
         )
+    # kept moments at the channels' centres have one fine channel
+    centres = tables.moments is None or tables.moments.shape[-1] == 1
     return ri_kernels.analytic_eval_with_indices(
         *signal,
-        **_analytic_options(spec, config),
+        **_analytic_options(spec, config, centres),
         moments=tables.moments,
         view=tables.view,
         amp_factor=amp_factor,
     )
 
 
-def moments_shape(spec: GroupSpec, rows: tuple, model_shape, config) -> tuple:
+def moments_shape(
+    spec: GroupSpec, rows: tuple, model_shape, config, centres: bool = False
+) -> tuple:
     """Shape of an analytic group's kept phase moments (``ri_kernels.
     analytic_moments_with_indices``): ``(n_mom, *rows, n_freq, n_time, n_src, n_int_f)``,
-    2 n_coef - 1 moments, n_coef the time stencil's points. rows: the group's row axes,
-    ``(n_rows,)``, or ``(n_dev, n_rows)`` split over devices. model_shape: (n_src, n_freq,
-    n_time)."""
+    2 n_coef - 1 moments, n_coef the time stencil's points; with ``centres``, those at the
+    channels' centres of its ``channel_terms`` J, (n_mom + J - 1, ..., 1). rows: the group's
+    row axes, ``(n_rows,)``, or ``(n_dev, n_rows)`` split over devices. model_shape: (n_src,
+    n_freq, n_time)."""
     n_src, n_freq, n_time = model_shape
     n_mom = 2 * min(config.time_stencil, n_time) - 1
+    if centres:
+        return (n_mom + spec.channel_terms - 1, *rows, n_freq, n_time, n_src, 1)
     return (n_mom, *rows, n_freq, n_time, n_src, spec.n_freq_samples)
 
 
-def moments_bytes(spec: GroupSpec, n_rows: int, model_shape, config, cplx) -> int:
+def moments_bytes(
+    spec: GroupSpec, n_rows: int, model_shape, config, cplx, centres: bool = False
+) -> int:
     """Bytes of an analytic group's kept phase moments for ``n_rows`` rows (0 for a quadrature
-    group)."""
-    if spec.operator != "analytic":
+    group, and with ``centres`` for a group without channel terms)."""
+    if spec.operator != "analytic" or (centres and not spec.channel_terms):
         return 0
-    shape = moments_shape(spec, (n_rows,), model_shape, config)
+    shape = moments_shape(spec, (n_rows,), model_shape, config, centres)
     return math.prod(shape) * np.dtype(cplx).itemsize
 
 
@@ -572,47 +630,75 @@ def phase_cache_budget_bytes(config: RfiVisConfig, device_bytes: int | None) -> 
     return budget, f"phase_cache_fraction {fraction:g} of {device_bytes / 2**30:.1f} GiB"
 
 
+#: How ``plan_phase_cache`` keeps a group's moments: at every fine channel, or at the
+#: channels' centres (n_int_f times fewer, each fine channel's made from them at every step).
+KEPT_AT_CHANNELS, KEPT_AT_CENTRES = "channels", "centres"
+
+
 def plan_phase_cache(
-    sizes_bytes, specs: tuple[GroupSpec, ...], config: RfiVisConfig, budget_bytes: int
+    sizes_bytes,
+    specs: tuple[GroupSpec, ...],
+    config: RfiVisConfig,
+    budget_bytes: int,
+    centre_bytes=None,
 ):
-    """Which groups keep their phase moments: (keep,) per group, from each group's moment
-    bytes per device ``sizes_bytes`` (``moments_bytes``), ``config.phase_cache`` and the budget
-    per device under "auto" (``phase_cache_budget_bytes``)."""
+    """Which groups keep their phase moments, and how: per group False (formed at every
+    step), ``KEPT_AT_CHANNELS`` or ``KEPT_AT_CENTRES``, from each group's moment bytes per
+    device ``sizes_bytes`` (``moments_bytes``), ``config.phase_cache`` and the budget per
+    device under "auto" (``phase_cache_budget_bytes``). ``centre_bytes``: each group's bytes
+    kept at its channels' centres (``moments_bytes(..., centres=True)``, 0 without channel
+    terms), taken under "auto" where those at every fine channel would pass the budget: a
+    step then makes each fine channel's from them, which costs less than forming them (at
+    every fine channel, or at the centres)."""
     keep, total = [], 0
-    for spec, size in zip(specs, sizes_bytes, strict=True):
-        wanted = spec.operator == "analytic" and config.phase_cache != "never"
-        fits = config.phase_cache == "always" or total + size <= budget_bytes
-        keep.append(wanted and fits)
-        total += size if keep[-1] else 0
+    centre_bytes = centre_bytes or [0] * len(specs)
+    for spec, size, centre in zip(specs, sizes_bytes, centre_bytes, strict=True):
+        choice = False
+        if spec.operator == "analytic" and config.phase_cache != "never":
+            if config.phase_cache == "always" or total + size <= budget_bytes:
+                choice, total = KEPT_AT_CHANNELS, total + size
+            elif centre and total + centre <= budget_bytes:
+                choice, total = KEPT_AT_CENTRES, total + centre
+        keep.append(choice)
     return tuple(keep)
 
 
 def phase_cache_report(
-    sizes_bytes, specs, keep, config: RfiVisConfig, budget: tuple[int, str]
+    sizes_bytes, specs, keep, config: RfiVisConfig, budget: tuple[int, str], centre_bytes=None
 ) -> dict:
     """What ``plan_phase_cache`` chose under ``budget`` (``phase_cache_budget_bytes``), for
-    summary.json and ``tabascal plan``."""
-    groups = {}
-    for spec, size, kept in zip(specs, sizes_bytes, keep, strict=True):
+    summary.json and ``tabascal plan``: each analytic group's moments per device at every
+    fine channel, and where kept, how ("at") and what they take ("kept_mib_per_device")."""
+    groups, kept_total = {}, 0
+    centre_bytes = centre_bytes or [0] * len(specs)
+    for spec, size, kept, centre in zip(specs, sizes_bytes, keep, centre_bytes, strict=True):
         if spec.operator == "analytic":
             groups[spec.name] = {"kept": bool(kept), "mib_per_device": size / 2**20}
+        if kept:
+            kept_size = centre if kept == KEPT_AT_CENTRES else size
+            groups[spec.name].update(at=kept, kept_mib_per_device=kept_size / 2**20)
+            kept_total += kept_size
     return {
         "mode": config.phase_cache,
         "budget_mib": budget[0] / 2**20,
         "budget_from": budget[1],
         "groups": groups,
-        "kept_mib_per_device": sum(s for s, k in zip(sizes_bytes, keep, strict=True) if k) / 2**20,
+        "kept_mib_per_device": kept_total / 2**20,
     }
 
 
-def group_moments(spec: GroupSpec, tables: GroupTables, phase, delay_us, freq_mhz, config):
-    """The phase moments of an analytic group's rows (``ri_kernels``), formed once."""
+def group_moments(
+    spec: GroupSpec, tables: GroupTables, phase, delay_us, freq_mhz, config, centres=False
+):
+    """The phase moments of an analytic group's rows (``ri_kernels``), formed once: at every
+    fine channel, or with ``centres`` at the channels' centres (``KEPT_AT_CENTRES``)."""
+    options = _analytic_options(spec, config, centres)
     return ri_kernels.analytic_moments_with_indices(
         tables.indices,
         phase,
         delay_us,
         *_grid(tables, freq_mhz),
-        **_analytic_options(spec, config),
+        **options,
         view=tables.view,
     )
 

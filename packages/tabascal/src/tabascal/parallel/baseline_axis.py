@@ -734,7 +734,13 @@ def keep_phase_moments(constants: joint.ModelConstants, spec: ShardedSpec, keep)
             for g, index in zip(kept, indices, strict=True):
                 local = groups[g]._replace(indices=jax.tree.map(lambda x: x[0], index))
                 moments = rfi_vis.group_moments(
-                    spec.model.groups[g], local, phase, delay_us, freq_mhz, spec.model.rfi_vis
+                    spec.model.groups[g],
+                    local,
+                    phase,
+                    delay_us,
+                    freq_mhz,
+                    spec.model.rfi_vis,
+                    centres=keep[g] == rfi_vis.KEPT_AT_CENTRES,
                 )
                 out.append(moments[None])
             return tuple(out)

@@ -105,14 +105,17 @@ def _model_shape(placed):
     return model_spec, shape, cplx
 
 
-def _moment_sizes(placed) -> tuple[list[int], Any]:
-    """Each group's kept-moment bytes per device, and the model spec."""
+def _moment_sizes(placed, centres: bool = False) -> tuple[list[int], Any]:
+    """Each group's kept-moment bytes per device (with ``centres``, kept at the channels'
+    centres), and the model spec."""
     model_spec, shape, cplx = _model_shape(placed)
     # Rows per block, and row_blocks blocks on each device (on the baseline axis).
     blocks = getattr(placed.spec, "row_blocks", 1)
     sizes = [
         blocks
-        * rfi_vis.moments_bytes(spec, tables.indices.a1.shape[-1], shape, model_spec.rfi_vis, cplx)
+        * rfi_vis.moments_bytes(
+            spec, tables.indices.a1.shape[-1], shape, model_spec.rfi_vis, cplx, centres
+        )
         for spec, tables in zip(model_spec.groups, placed.constants.groups, strict=True)
     ]
     return sizes, model_spec
@@ -138,6 +141,7 @@ def keep_phase_moments(name: str, placed, *, abstract: bool = False):
     ``jax.ShapeDtypeStruct``s of their shape and sharding, not formed (``tabascal plan``).
     """
     sizes, model_spec = _moment_sizes(placed)
+    centre_sizes, _ = _moment_sizes(placed, centres=True)
     budget = rfi_vis.phase_cache_budget_bytes(
         model_spec.rfi_vis, agreed_device_memory(devices(placed.spec))
     )
@@ -154,8 +158,12 @@ def keep_phase_moments(name: str, placed, *, abstract: bool = False):
     if name == "source" or orbits_fitted:
         keep = (False,) * len(sizes)
     else:
-        keep = rfi_vis.plan_phase_cache(sizes, model_spec.groups, model_spec.rfi_vis, budget[0])
-    report = rfi_vis.phase_cache_report(sizes, model_spec.groups, keep, model_spec.rfi_vis, budget)
+        keep = rfi_vis.plan_phase_cache(
+            sizes, model_spec.groups, model_spec.rfi_vis, budget[0], centre_sizes
+        )
+    report = rfi_vis.phase_cache_report(
+        sizes, model_spec.groups, keep, model_spec.rfi_vis, budget, centre_sizes
+    )
     if orbits_fitted:
         report["formed_every_step"] = "orbits.fit: the delays change at every step"
     if abstract:
@@ -179,6 +187,7 @@ def _single_device_moments(constants: joint.ModelConstants, model_spec, keep):
                 constants.delay_us,
                 constants.freq_mhz,
                 model_spec.rfi_vis,
+                centres=keep[g] == rfi_vis.KEPT_AT_CENTRES,
             )
             groups[g] = groups[g]._replace(moments=moments)
     return constants._replace(groups=tuple(groups))
@@ -200,7 +209,8 @@ def _abstract_moments(placed, model_spec, keep):
     for g, spec in enumerate(model_spec.groups):
         if keep[g]:
             rows = groups[g].indices.a1.shape  # (n_rows,), or (n_dev, n_rows) on a mesh
-            moments = rfi_vis.moments_shape(spec, rows, shape, model_spec.rfi_vis)
+            centres = keep[g] == rfi_vis.KEPT_AT_CENTRES
+            moments = rfi_vis.moments_shape(spec, rows, shape, model_spec.rfi_vis, centres)
             if mesh is not None:  # the device axis leads, as baseline_axis forms them
                 moments = (rows[0], moments[0], *moments[2:])
             moments = jax.ShapeDtypeStruct(moments, cplx, sharding=sharding)
