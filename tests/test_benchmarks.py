@@ -327,15 +327,31 @@ def test_analytic_options_benchmark_times_every_option_set_at_every_budget(tmp_p
     out = tmp_path / "options.json"
     _run_benchmark(
         "analytic_options.py", "--antennas", "3",
-        "--rounds", "2", "--options", "2,3", "1,0", "--budgets-mb", "1", "64", "--out", str(out),
+        "--rounds", "2", "--options", "2,3", "1,0,2", "--budgets-mb", "1", "64", "--out", str(out),
     )  # fmt: skip
     record = json.loads(out.read_text())
     assert record["dims"]["elements"] == 3 * 30 * 32 * 7 and record["commit"]
-    sets = [(r["segments"], r["cubic_terms"], r["memory_budget_mb"]) for r in record["results"]]
-    assert sets == [(2, 3, 1.0), (1, 0, 1.0), (2, 3, 64.0), (1, 0, 64.0)]
+    sets = [
+        (r["segments"], r["cubic_terms"], r["channel_terms"], r["memory_budget_mb"])
+        for r in record["results"]
+    ]
+    assert sets == [(2, 3, 0, 1.0), (1, 0, 2, 1.0), (2, 3, 0, 64.0), (1, 0, 2, 64.0)]
     for row in record["results"]:
         assert len(row["forward_s"]) == len(row["value_and_grad_s"]) == 2
         assert row["forward_ns_per_element"] > 0 and row["value_and_grad_ns_per_element"] > 0
+
+
+def test_analytic_options_benchmark_across_channels_with_kept_moments(tmp_path):
+    out = tmp_path / "options.json"
+    _run_benchmark(
+        "analytic_options.py", "--antennas", "3", "--channels", "2", "--kept",
+        "--rounds", "1", "--options", "1,0,2", "--out", str(out),
+    )  # fmt: skip
+    record = json.loads(out.read_text())
+    assert record["dims"]["elements"] == 3 * 30 * 2 * 32 * 7 and record["dims"]["n_freq"] == 2
+    (row,) = record["results"]
+    for mode in ("forward", "value_and_grad", "kept_value_and_grad", "kept_value_and_grad_centres"):
+        assert len(row[f"{mode}_s"]) == 1 and row[f"{mode}_ns_per_element"] > 0
 
 
 def test_moment_layout_benchmark_times_each_case_in_each_layout(tmp_path):
