@@ -10,7 +10,9 @@ piece is curved (docs/benchmarks.md). For each scenario's analytic groups (the m
 ``tabascal run`` builds it, float32), this counts, from the known orbits' delays, the
 elements (baseline x source x integration x channel, at the channel's top) whose |b| puts a
 piece at or above the switch at one and at two pieces, and says which options
-``rfi.analytic_options`` "auto" took.
+``rfi.analytic_options`` "auto" took. For the series across a channel (``channel_terms``) it
+gives the group's largest cross term epsilon and the centre curvature's error (each with
+``PHASE_BOUND_MARGIN``), against the half of the operator's error that each may take.
 """
 
 from __future__ import annotations
@@ -46,6 +48,30 @@ def curved_fractions(obs, members, delay_us, switch: float) -> dict:
         "max_b_rad": float(b.max(initial=0.0)),
         "curved_one_piece": float(np.mean(b >= switch)),
         "curved_two_pieces": float(np.mean(b / 4 >= switch)),
+    }
+
+
+def channel_bounds(obs, members, delay_us, snr: float, config) -> dict:
+    """The series across a channel for the pairs ``members``: their largest cross term
+    epsilon (rad) and the centre curvature's error (rad), each with the margin for fitted
+    orbits, and the error each may take (``rfi_vis.analytic_spec``)."""
+    import numpy as np
+
+    from tabascal.model import rfi_vis
+
+    a1, a2 = np.asarray(obs.a1)[members], np.asarray(obs.a2)[members]
+    antennas = np.unique(np.concatenate([a1, a2]))
+    args = (obs.freqs_hz, obs.chan_width, obs.int_time)
+    curvature = rfi_vis.curvature_phase_bound(delay_us, antennas, *args)
+    cubic = rfi_vis.cubic_phase_bound(delay_us, antennas, *args)
+    rate = rfi_vis.rate_phase_bound(delay_us, antennas, obs.chan_width, obs.int_time)
+    ratio = obs.chan_width / 2 / (float(np.min(obs.freqs_hz)) - obs.chan_width / 2)
+    margin = rfi_vis.PHASE_BOUND_MARGIN
+    error = rfi_vis.OPERATOR_ERROR_SHARE * config.rfi_vis.tolerance / snr
+    return {
+        "channel_epsilon_rad": margin * rate,
+        "centre_curvature_rad": margin * ratio * (curvature + cubic),
+        "channel_error_allowed": error / 2,
     }
 
 
@@ -85,6 +111,7 @@ def main(argv=None) -> list[dict]:
                     "baselines": int(members.sum()),
                     "switch_rad": switch,
                     **curved_fractions(obs, members, geom.delay_us, switch),
+                    **channel_bounds(obs, members, geom.delay_us, model.info["rfi_snr"], config),
                     "auto_options": model.info["rfi_analytic_options"].get(spec.name),
                 }
                 records.append(record)
@@ -93,6 +120,11 @@ def main(argv=None) -> list[dict]:
                     f"max |b| {record['max_b_rad']:.3g} rad  curved at one piece "
                     f"{record['curved_one_piece']:.2%}, at two {record['curved_two_pieces']:.2%}"
                     f"  auto: {record['auto_options']}"
+                )
+                print(
+                    f"{'':>12} across a channel: epsilon {record['channel_epsilon_rad']:.3g} rad, "
+                    f"centre curvature {record['centre_curvature_rad']:.3g} rad, each within "
+                    f"{record['channel_error_allowed']:.3g}"
                 )
     path = _common.write_json(records, options.json, "curvature")
     print(f"wrote {path}")
