@@ -17,10 +17,13 @@ analytic_options`` "auto" lowers the cubic terms to what a group's phases need; 
 what that buys on the machine at hand. ``--budgets-mb`` repeats every option set at each
 working-memory budget per block (``rfi.memory_budget_mb``), which sets the blocks' size.
 An option set's third number is its ``channel_terms`` (0 when left out): the moments formed
-once per channel instead of at each of the 7 frequency samples. ``--channels`` (1) sets the
-channels, whose frequency stencil is then ``rfi.freq_stencil``'s 3 points (bench-512 has 8
-channels); ``--kept`` also times the value and gradient with the moments kept, at every
-frequency sample and, where the set has channel terms, at the channels' centres.
+once per channel instead of at each of the 7 frequency samples; a fourth, 1, takes the
+curvature's change across a channel to first order (``channel_bend``; 0, dropped, when left
+out, as ``rfi.analytic_options`` "auto" does for these navigation satellites).
+``--channels`` (1) sets the channels, whose frequency stencil is then ``rfi.freq_stencil``'s
+3 points (bench-512 has 8 channels); ``--kept`` also times the value and gradient with the
+moments kept, at every frequency sample and, where the set has channel terms, at the
+channels' centres.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ def _arguments(argv=None):
         "--options",
         nargs="+",
         default=list(OPTIONS),
-        metavar="SEGMENTS,CUBIC_TERMS[,CHANNEL_TERMS]",
+        metavar="SEGMENTS,CUBIC_TERMS[,CHANNEL_TERMS[,BEND]]",
     )
     parser.add_argument("--channels", type=int, default=1, help="channels (1)")
     parser.add_argument(
@@ -66,12 +69,12 @@ def _arguments(argv=None):
     return parser.parse_args(argv)
 
 
-def _option_set(text: str) -> tuple[int, int, int]:
-    """(segments, cubic_terms, channel_terms) of "S,C" or "S,C,J"."""
+def _option_set(text: str) -> tuple[int, int, int, int]:
+    """(segments, cubic_terms, channel_terms, channel_bend) of "S,C", "S,C,J" or "S,C,J,B"."""
     values = [int(v) for v in text.split(",")]
-    if len(values) not in (2, 3):
-        raise SystemExit(f"--options: {text!r} is not SEGMENTS,CUBIC_TERMS[,CHANNEL_TERMS]")
-    return (*values, 0) if len(values) == 2 else tuple(values)
+    if len(values) not in (2, 3, 4):
+        raise SystemExit(f"--options: {text!r} is not SEGMENTS,CUBIC_TERMS[,CHANNEL_TERMS[,BEND]]")
+    return tuple(values) + (0, 0)[: 4 - len(values)]
 
 
 def _scene(n_ant: int, seed: int = 0, n_freq: int = 1):
@@ -98,7 +101,9 @@ def _scene(n_ant: int, seed: int = 0, n_freq: int = 1):
     return indices, amp, (phase, delay, *tables), a1.size
 
 
-def _programs(indices, amp, rest, segments, cubic_terms, channel_terms, budget_mb, kept=False):
+def _programs(
+    indices, amp, rest, segments, cubic_terms, channel_terms, bend, budget_mb, kept=False
+):
     import jax
     import jax.numpy as jnp
 
@@ -107,6 +112,7 @@ def _programs(indices, amp, rest, segments, cubic_terms, channel_terms, budget_m
     options = {
         "segments": segments,
         "cubic_terms": cubic_terms,
+        "channel_bend": bool(bend),
         "memory_budget_bytes": int(budget_mb * 2**20),
     }
 
@@ -160,13 +166,13 @@ def main(argv=None) -> None:
     print(f"{n_bl} baselines, {elements} elements, on {jax.devices()[0].platform}")
     kept_heads = f" {'kept':>8} {'at centres':>10}" if options.kept else ""
     print(
-        f"{'segments':>8} {'cubic':>5} {'channel':>7} {'MiB':>6} {'forward ns/el':>14} "
-        f"{'value+grad ns/el':>17}{kept_heads}"
+        f"{'segments':>8} {'cubic':>5} {'channel':>7} {'bend':>4} {'MiB':>6} "
+        f"{'forward ns/el':>14} {'value+grad ns/el':>17}{kept_heads}"
     )
     rows = []
     for o in sets:
         row = {"segments": o[0], "cubic_terms": o[1], "channel_terms": o[2]}
-        row["memory_budget_mb"] = o[3]
+        row.update(channel_bend=bool(o[3]), memory_budget_mb=o[4])
         for mode in programs[o]:
             row[f"{mode}_s"] = times[o, mode]
             row[f"{mode}_ns_per_element"] = statistics.median(times[o, mode]) / elements * 1e9
@@ -176,7 +182,8 @@ def main(argv=None) -> None:
             if options.kept
         )
         print(
-            f"{o[0]:8d} {o[1]:5d} {o[2]:7d} {o[3]:6g} {row['forward_ns_per_element']:14.1f} "
+            f"{o[0]:8d} {o[1]:5d} {o[2]:7d} {o[3]:4d} {o[4]:6g} "
+            f"{row['forward_ns_per_element']:14.1f} "
             f"{row['value_and_grad_ns_per_element']:17.1f}{kept}"
         )
         rows.append(row)

@@ -11,8 +11,8 @@ piece is curved (docs/benchmarks.md). For each scenario's analytic groups (the m
 elements (baseline x source x integration x channel, at the channel's top) whose |b| puts a
 piece at or above the switch at one and at two pieces, and says which options
 ``rfi.analytic_options`` "auto" took. For the series across a channel (``channel_terms``) it
-gives the group's largest cross term epsilon and the centre curvature's error (each with
-``PHASE_BOUND_MARGIN``), against the half of the operator's error that each may take.
+gives the group's largest cross term epsilon and bend (the curvature's change across a
+channel), each with ``PHASE_BOUND_MARGIN``, and the error the series may take.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def channel_bounds(obs, members, delay_us, snr: float, config) -> dict:
     error = rfi_vis.OPERATOR_ERROR_SHARE * config.rfi_vis.tolerance / snr
     return {
         "channel_epsilon_rad": margin * rate,
-        "centre_curvature_rad": margin * ratio * (curvature + cubic),
+        "channel_bend_rad": margin * ratio * (curvature + cubic),
         "channel_error_allowed": error / 2,
     }
 
@@ -123,7 +123,7 @@ def main(argv=None) -> list[dict]:
                 )
                 print(
                     f"{'':>12} across a channel: epsilon {record['channel_epsilon_rad']:.3g} rad, "
-                    f"centre curvature {record['centre_curvature_rad']:.3g} rad, each within "
+                    f"bend {record['channel_bend_rad']:.3g} rad, within "
                     f"{record['channel_error_allowed']:.3g}"
                 )
     path = _common.write_json(records, options.json, "curvature")

@@ -39,7 +39,9 @@ TOP = 25  # operations kept per program in the record
 def _arguments(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--antennas", type=int, default=16)
-    parser.add_argument("--options", default="2,1", metavar="SEGMENTS,CUBIC_TERMS[,CHANNEL_TERMS]")
+    parser.add_argument(
+        "--options", default="2,1", metavar="SEGMENTS,CUBIC_TERMS[,CHANNEL_TERMS[,BEND]]"
+    )
     parser.add_argument("--budget-mb", type=float, default=256.0, help="rfi.memory_budget_mb")
     parser.add_argument("--hlo", type=Path, default=None, help="folder for the optimised HLO")
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default results/)")
@@ -114,13 +116,13 @@ def main(argv=None) -> None:
     options = _arguments(argv)
     import jax
 
-    segments, cubic_terms, channel_terms = analytic_options._option_set(options.options)
+    segments, cubic_terms, channel_terms, bend = analytic_options._option_set(options.options)
     indices, amp, rest, n_bl = analytic_options._scene(options.antennas)
     elements = n_bl * analytic_options.N_TIME * analytic_options.N_RFI
     elements *= analytic_options.N_FREQ_SAMPLES
     amp = jax.device_put(amp)
     programs = analytic_options._programs(
-        indices, amp, rest, segments, cubic_terms, channel_terms, options.budget_mb
+        indices, amp, rest, segments, cubic_terms, channel_terms, bend, options.budget_mb
     )
     print(f"{n_bl} baselines, {elements} elements, on {jax.devices()[0].platform}")
     results = {}
@@ -163,6 +165,7 @@ def main(argv=None) -> None:
         "segments": segments,
         "cubic_terms": cubic_terms,
         "channel_terms": channel_terms,
+        "channel_bend": bool(bend),
         "memory_budget_mb": options.budget_mb,
         "results": results,
     }

@@ -336,6 +336,7 @@ def test_analytic_options_benchmark_times_every_option_set_at_every_budget(tmp_p
         for r in record["results"]
     ]
     assert sets == [(2, 3, 0, 1.0), (1, 0, 2, 1.0), (2, 3, 0, 64.0), (1, 0, 2, 64.0)]
+    assert [r["channel_bend"] for r in record["results"]] == [False] * 4
     for row in record["results"]:
         assert len(row["forward_s"]) == len(row["value_and_grad_s"]) == 2
         assert row["forward_ns_per_element"] > 0 and row["value_and_grad_ns_per_element"] > 0
@@ -345,7 +346,7 @@ def test_analytic_options_benchmark_across_channels_with_kept_moments(tmp_path):
     out = tmp_path / "options.json"
     _run_benchmark(
         "analytic_options.py", "--antennas", "3", "--channels", "2", "--kept",
-        "--rounds", "1", "--options", "1,0,2", "--out", str(out),
+        "--rounds", "1", "--options", "1,0,2,1", "--out", str(out),
     )  # fmt: skip
     record = json.loads(out.read_text())
     assert record["dims"]["elements"] == 3 * 30 * 2 * 32 * 7 and record["dims"]["n_freq"] == 2

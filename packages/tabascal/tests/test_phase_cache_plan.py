@@ -95,8 +95,8 @@ def test_moments_at_the_channels_centres_where_only_those_fit():
     delay = (rng.normal(size=(n_ant, n_src, n_time, 4)) * 1e-3).astype(np.float32)
     freq = np.linspace(1000, 1001, n_freq).astype(np.float32)
     moments = rfi_vis.group_moments(spec, tables, phase, delay, freq, config, centres=True)
-    # 2 n_coef - 1 + 1 moments at one point per channel
-    assert moments.shape == (6, a1.size, n_freq, n_time, n_src, 1)
+    # 2 n_coef - 1 + J + 2 moments at one point per channel
+    assert moments.shape == (9, a1.size, n_freq, n_time, n_src, 1)
     model_shape = (n_src, n_freq, n_time)
     at_centres = rfi_vis.moments_bytes(spec, a1.size, model_shape, config, np.complex64, True)
     assert at_centres == moments.nbytes

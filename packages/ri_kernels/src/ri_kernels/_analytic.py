@@ -224,7 +224,8 @@ def _moments(ends, cells, n_mom, options, n_slopes=0):
     :func:`~ri_kernels._phase_moments.to_elements` of (count, B, C, n_rfi, n_int_f).
 
     With ``options["channel_terms"]`` J > 0 the moments are formed once per element at the
-    channel's centre, J - 1 orders more, and each fine channel's come from them
+    channel's centre, a few orders more (:func:`_centre_orders`), and each fine channel's come
+    from them
     (:func:`_across_channel`); those formed are what reverse mode keeps (named _MOMENTS and
     _SLOPES), n_int_f times fewer."""
     real = ends.phase_p.dtype
@@ -233,7 +234,7 @@ def _moments(ends, cells, n_mom, options, n_slopes=0):
     if channel_terms:
         cells = _centre(cells)
     count = n_mom + n_slopes
-    formed = count + max(channel_terms - 1, 0)
+    formed = count + _centre_orders(options)
     moment_options = {k: options[k] for k in ("segments", "terms", "cubic_terms")}
     cubic = _phase_cubic(ends, cells)
     laid = jax.tree.map(lambda v: to_elements(v, 0), cubic)
@@ -259,33 +260,64 @@ def _moments(ends, cells, n_mom, options, n_slopes=0):
     slopes = named(slice(split, None), _SLOPES) if n_slopes else None
     if channel_terms:
         both = w if slopes is None else jnp.concatenate([w, slopes])
-        both = _across_channel(both, ends, cells, per_channel, count, channel_terms)
+        both = _across_channel(both, ends, cells, per_channel, count, options)
         w, slopes = both[:n_mom], both[n_mom:] if n_slopes else None
     return w, slopes
 
 
-def _across_channel(centre, ends, cells, per_channel, count, channel_terms):
+def _centre_orders(options, kept=False):
+    """The orders that moments formed at the channels' centres take beyond those asked for,
+    under the operator's ``options``: J - 1 for the series across a channel (``channel_terms``
+    J), and with ``channel_bend`` 2 (3 with the cubic) for the curvature's first-order change
+    across it; none at every fine channel (J = 0). Kept moments (``kept``) always take J + 2,
+    whatever the bend and the cubic, so that their shape depends on J alone."""
+    if not options["channel_terms"]:
+        return 0
+    if kept:
+        return options["channel_terms"] + 2
+    bend = (3 if options["cubic_terms"] else 2) if options["channel_bend"] else 0
+    return options["channel_terms"] - 1 + bend
+
+
+def _across_channel(centre, ends, cells, per_channel, count, options):
     """Each fine channel's moments W_0..W_{count-1} from those at the channel's centre,
-    ``centre`` (count + J - 1,) + element layout, J = ``channel_terms``.
+    ``centre`` (count + :func:`_centre_orders`,) + element layout, J = ``channel_terms`` of the
+    operator's ``options``.
 
     At fine channel u, dnu from the centre, the pair's phase is the centre's plus
-    ``kappa + epsilon x`` with kappa = 2 pi dnu d0 and epsilon = 2 pi dnu d1 T/2 (the
-    time-frequency cross term), and b and c scaled by nu / nu_centre (dropped: for a 1 MHz
-    channel at 100 MHz, 0.5% of a curvature that the analytic groups hold below a radian), so
-    ``W_m(u) = e^(i kappa) sum_{j < J} (i epsilon)^j / j! W_{m+j}(centre)``, with the error of
-    :func:`~ri_kernels._phase_moments.channel_series_error`. ``cells`` are the centre's
-    :class:`_CellConstants`, ``per_channel`` the fine channels'."""
+    ``kappa + epsilon x + beta x**2 + gamma x**3``: kappa = 2 pi dnu d0, epsilon = 2 pi dnu d1
+    T/2 (the time-frequency cross term), and beta = pi dnu d2 (T/2)**2 and gamma = (pi/3) dnu
+    d3 (T/2)**3 the change of the curvature and the cubic across the channel (its bend; gamma
+    none where the moments drop the cubic). So
+    ``W_m(u) = e^(i kappa) sum_{j < J} (i epsilon)^j / j! V_{m+j}``, with, under
+    ``channel_bend``, ``V_n = W_n + i (beta W_{n+2} + gamma W_{n+3})`` the bend's first order,
+    and without it V = W (the bend dropped), within
+    :func:`~ri_kernels._phase_moments.channel_series_error` of the signal. ``cells`` are the
+    centre's :class:`_CellConstants`, ``per_channel`` the fine channels'."""
     centre = from_elements(centre, 1, _block_shape(ends, cells))
-    d0, d1 = (ends.delay_p[k] - ends.delay_q[k] for k in (0, 1))
-    dnu = per_channel.dnu_mhz
-    kappa = (2 * math.pi) * dnu * d0
-    epsilon = (2 * math.pi) * dnu * d1 * per_channel.half_time
-    total = centre[:count]
+    d = [ends.delay_p[k] - ends.delay_q[k] for k in range(4)]
+    dnu, half = per_channel.dnu_mhz, per_channel.half_time
+    kappa = (2 * math.pi) * dnu * d[0]
+    epsilon = (2 * math.pi) * dnu * d[1] * half
+    channel_terms = options["channel_terms"]
+    bend = []  # beta, then gamma where the cubic is kept
+    if options["channel_bend"]:
+        bend.append(math.pi * dnu * d[2] * half**2)
+    if options["channel_bend"] and options["cubic_terms"]:
+        bend.append((math.pi / 3) * dnu * d[3] * half**3)
+    n_series = count + channel_terms - 1
+    series = centre[:n_series]
+    for k, coefficient in enumerate(bend, start=2):
+        series = (
+            series
+            + jax.lax.complex(jnp.zeros_like(coefficient), coefficient) * centre[k : k + n_series]
+        )
+    total = series[:count]
     power = None
     for j in range(1, channel_terms):
         step = jax.lax.complex(jnp.zeros_like(epsilon), epsilon / j)
         power = step if power is None else power * step
-        total = total + power * centre[j : j + count]
+        total = total + power * series[j : j + count]
     total = total * jax.lax.complex(jnp.cos(kappa), jnp.sin(kappa))
     return to_elements(jnp.broadcast_to(total, (count, *_block_shape(ends, per_channel))), 1)
 
@@ -457,10 +489,14 @@ def _tiled_ends(signal, tables, int_time, p, q, at):
     return _PairEnds(*phases, *delays), cells
 
 
-def _bytes_per_pair_cell(amp, n_int_f, n_mom, segments, terms, cubic_terms, channel_terms=0):
+def _bytes_per_pair_cell(
+    amp, n_int_f, n_mom, segments, terms, cubic_terms, channel_terms=0, channel_bend=False
+):
     """Approximate bytes of intermediates per (baseline, cell) while the moments are formed:
     at every fine channel, or with ``channel_terms`` once at the channel's centre."""
-    n_computed = n_mom + 3 * cubic_terms + max(channel_terms - 1, 0)
+    options = {"cubic_terms": cubic_terms, "channel_terms": channel_terms}
+    options["channel_bend"] = channel_bend
+    n_computed = n_mom + 3 * cubic_terms + _centre_orders(options)
     reals = _REALS_FIXED + _REALS_PER_TERM * terms
     reals += _REALS_PER_MOMENT_SEGMENT * n_computed * segments
     work = jax.dtypes.canonicalize_dtype(np.float64).itemsize
@@ -525,10 +561,10 @@ def _block_coordinates(grid: _BlockGrid, block, n_bl: int, n_freq: int, n_time: 
 def _moments_of_block(signal, tables, int_time, p, q, cell_f, cell_t, n_mom, options):
     """The phase moments W_0..W_{n_mom-1} of a block's pairs and cells: a complex
     (n_mom, B, C, n_rfi, n_int_f) array in amp's dtype; with ``options["channel_terms"]`` J
-    > 0 those at each channel's centre, J - 1 orders more, (n_mom + J - 1, B, C, n_rfi, 1)."""
+    > 0 those at each channel's centre, J + 2 orders more, (n_mom + J + 2, B, C, n_rfi, 1)."""
     ends, cells = _pair_ends(signal, tables, int_time, p, q, cell_f, cell_t)
     if options["channel_terms"]:
-        n_mom += options["channel_terms"] - 1
+        n_mom += _centre_orders(options, kept=True)
         cells = _centre(cells)
         options = {**options, "channel_terms": 0}
     return from_elements(_moments(ends, cells, n_mom, options)[0], 1, _block_shape(ends, cells))
@@ -550,7 +586,14 @@ def _signal(amp, phase, delay_us, amp_factor=None, tiled=False):
 
 @functools.partial(
     jax.jit,
-    static_argnames=("segments", "terms", "cubic_terms", "channel_terms", "memory_budget_bytes"),
+    static_argnames=(
+        "segments",
+        "terms",
+        "cubic_terms",
+        "channel_terms",
+        "channel_bend",
+        "memory_budget_bytes",
+    ),
 )
 def _analytic(
     indices,
@@ -565,6 +608,7 @@ def _analytic(
     terms,
     cubic_terms,
     channel_terms,
+    channel_bend,
     memory_budget_bytes,
 ):
     options = {
@@ -572,6 +616,7 @@ def _analytic(
         "terms": terms,
         "cubic_terms": cubic_terms,
         "channel_terms": channel_terms,
+        "channel_bend": channel_bend,
     }
     n_ant, n_rfi, n_freq, n_time = phase.shape
     n_bl = indices.a1.shape[0]
@@ -602,12 +647,12 @@ def _analytic(
             total = _pair_sum(coef_p, conj_q, ends, cells, n_mom, options)
         else:  # given: the block's pairs and cells of them, (n_mom, B, C, n_rfi, n_int_f)
             kept = moments[:, rows[:, None], cell_f[None], cell_t[None]]
-            if channel_terms:  # at the channels' centres, (n_mom + J - 1, B, C, n_rfi, 1)
+            if channel_terms:  # at the channels' centres, (n_mom + a few, B, C, n_rfi, 1)
                 ends, cells = jax.lax.stop_gradient(
                     _pair_ends(signal, tables, int_time, p, q, cell_f, cell_t)
                 )
                 laid = _across_channel(
-                    to_elements(kept, 1), ends, _centre(cells), cells, n_mom, channel_terms
+                    to_elements(kept, 1), ends, _centre(cells), cells, n_mom, options
                 )
                 kept = from_elements(laid, 1, _block_shape(ends, cells))
             total = _products(coef_p, conj_q, kept)
@@ -627,8 +672,9 @@ def _analytic(
     # depend on amp, and recomputing them is most of a value-and-gradient's cost. With phase
     # or delay tangents, keep the three more moments their derivatives take when those fit too.
     per_moment = n_bl * n_freq * n_time * n_rfi * n_int_f * amp.dtype.itemsize
-    if channel_terms:  # formed at the channel's centre, channel_terms - 1 orders more
-        per_moment = (per_moment // n_int_f) * (n_mom + channel_terms - 1) // n_mom
+    if channel_terms:  # formed at the channel's centre, a few orders more
+        extra = _centre_orders(options)
+        per_moment = (per_moment // n_int_f) * (n_mom + extra) // n_mom
     saved = [
         n
         for n, count in ((_MOMENTS, n_mom), (_SLOPES, n_mom + 3))
@@ -670,6 +716,7 @@ def analytic_eval_with_indices(
     view=None,
     amp_factor=None,
     channel_terms: int = 0,
+    channel_bend: bool = True,
 ):
     """RFI visibilities in closed form over each integration, for the baselines of ``indices``.
 
@@ -697,13 +744,16 @@ def analytic_eval_with_indices(
             (:mod:`ri_kernels._phase_moments`); ``cubic_terms=0`` drops the cubic phase
             ``c x**3``: the result is that of delays without a third derivative.
         channel_terms: 0 (the default) forms the moments at every fine channel; J in 1..8
-            forms them once at each channel's centre, J - 1 orders more, and each fine
+            forms them once at each channel's centre, a few orders more, and each fine
             channel's from them: ``W_m(u) = e^(i kappa) sum_{j < J} (i epsilon)^j / j!
             W_{m+j}``, kappa = 2 pi dnu d0 and epsilon = 2 pi dnu d1 int_time / 2 (pair delay
-            and rate differences d0, d1), with b and c taken at the centre frequency: about
-            n_int_f times less of the operator's costliest work, within
-            :func:`channel_series_error` of the signal (plus dnu / nu of the curvature |b| +
-            |c|, in rad). With ``moments``, the channel_terms they were formed with.
+            and rate differences d0, d1): about n_int_f times less of the operator's costliest
+            work, within :func:`channel_series_error` of the signal. With ``moments``, the
+            channel_terms they were formed with.
+        channel_bend: with channel_terms, whether the series takes the curvature's and the
+            cubic's change across the channel (its bend, dnu / nu (|b| + |c|) rad) to first
+            order, for 2 (3 with the cubic) more moments, or drops it: an error of
+            :func:`channel_series_error`'s bend term. With ``moments``, as they were formed.
         memory_budget_bytes: approximate bytes of intermediates per block of (baseline, cell).
         moments: None (the moments are formed here), or the phase moments of these same
             arguments from :func:`analytic_moments_with_indices`, formed once and reused: with
@@ -758,6 +808,7 @@ def analytic_eval_with_indices(
         view,
         amp_factor,
         channel_terms,
+        channel_bend,
     )
     tables, delay_us, int_time, options = checked
     if moments is not None:
@@ -765,7 +816,11 @@ def analytic_eval_with_indices(
         terms = options["channel_terms"]
         n_mom, n_int_f = 2 * g_time.shape[2] - 1, dnu_mhz.shape[0]
         expected, *words = (
-            ((n_mom + terms - 1, n_bl, n_freq, n_time, n_rfi, 1), "2 n_coef + J - 2", "1")
+            (
+                (n_mom + _centre_orders(options, kept=True), n_bl, n_freq, n_time, n_rfi, 1),
+                "2 n_coef + J + 1",
+                "1",
+            )
             if terms
             else ((n_mom, n_bl, n_freq, n_time, n_rfi, n_int_f), "2 n_coef - 1", "n_int_f")
         )
@@ -803,6 +858,7 @@ def _checked(
     view=None,
     amp_factor=None,
     channel_terms=0,
+    channel_bend=True,
 ):
     """The checks both seams make (``amp`` may be a ``jax.ShapeDtypeStruct``), then the
     operator's tables, delays with orders 0..3, integration time and static options."""
@@ -819,6 +875,7 @@ def _checked(
         "terms": _validate.option(fn, "terms", terms, 1, MAX_TERMS),
         "cubic_terms": _validate.option(fn, "cubic_terms", cubic_terms, 0, MAX_CUBIC_TERMS),
         "channel_terms": _validate.option(fn, "channel_terms", channel_terms, 0, MAX_CHANNEL_TERMS),
+        "channel_bend": _validate.flag(fn, "channel_bend", channel_bend),
         "memory_budget_bytes": _validate.budget(fn, memory_budget_bytes),
     }
     if view is not None:

@@ -19,6 +19,7 @@ from ri_kernels._analytic import (
     _block_coordinates,
     _block_plan,
     _bytes_per_pair_cell,
+    _centre_orders,
     _checked,
     _moments_of_block,
     _signal,
@@ -34,6 +35,7 @@ from ri_kernels._blocks import DEFAULT_MEMORY_BUDGET_BYTES, map_blocks
         "terms",
         "cubic_terms",
         "channel_terms",
+        "channel_bend",
         "memory_budget_bytes",
     ),
 )
@@ -48,6 +50,7 @@ def _moments(
     terms,
     cubic_terms,
     channel_terms,
+    channel_bend,
     memory_budget_bytes,
 ):
     """Every pair's and cell's phase moments: (n_mom, n_bl, n_freq, n_time, n_rfi, n_int_f),
@@ -57,6 +60,7 @@ def _moments(
         "terms": terms,
         "cubic_terms": cubic_terms,
         "channel_terms": channel_terms,
+        "channel_bend": channel_bend,
     }
     n_ant, n_rfi, n_freq, n_time = phase.shape
     n_bl, n_int_f, n_mom = indices.a1.shape[0], tables.dnu_mhz.shape[0], 2 * n_coef - 1
@@ -71,8 +75,8 @@ def _moments(
         return _moments_of_block(signal, tables, int_time, p, q, cell_f, cell_t, n_mom, options)
 
     n_kept, n_int_f = n_mom, n_int_f
-    if channel_terms:  # kept at the channels' centres, channel_terms - 1 orders more
-        n_kept, n_int_f = n_mom + channel_terms - 1, 1
+    if channel_terms:  # kept at the channels' centres, a few orders more
+        n_kept, n_int_f = n_mom + _centre_orders(options, kept=True), 1
     if n_bl == 0:
         return jnp.zeros((n_kept, 0, n_freq, n_time, n_rfi, n_int_f), complex_dtype)
 
@@ -107,6 +111,7 @@ def analytic_moments_with_indices(
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
     view=None,
     channel_terms: int = 0,
+    channel_bend: bool = True,
 ):
     """The phase moments :func:`analytic_eval_with_indices` forms from the same arguments
     (all but ``amp``; ``view`` as there), to be formed once and passed to it as ``moments`` at
@@ -117,8 +122,9 @@ def analytic_moments_with_indices(
     cell (f, t). They depend on the phases, the delays and the fine channels alone, so a fit
     with fixed orbits forms them once.
 
-    With ``channel_terms`` J > 0 (as :func:`analytic_eval_with_indices` takes it) they are
-    those at each channel's centre, J - 1 orders more, from which the operator makes each fine
+    With ``channel_terms`` J > 0 (and ``channel_bend``, as :func:`analytic_eval_with_indices`
+    takes them) they are those at each channel's centre, J + 2 orders more (for the series and
+    the bend, whichever of them the operator then takes), from which it makes each fine
     channel's at every call: n_int_f times fewer to keep, for the work of the series.
 
     Returns:
@@ -126,7 +132,7 @@ def analytic_moments_with_indices(
         float32 arguments, complex128 with float64), with
         ``8 (2 n_coef - 1) n_bl n_freq n_time n_rfi n_int_f`` bytes in complex64 (twice in
         complex128): what keeping them costs; with channel_terms J > 0,
-        (2 n_coef + J - 2, n_bl, n_freq, n_time, n_rfi, 1).
+        (2 n_coef + J + 1, n_bl, n_freq, n_time, n_rfi, 1).
     """
     fn = "analytic_moments_with_indices"
     complex_of = {np.dtype(real): cplx for cplx, real in _validate.PRECISION_PAIRS.items()}
@@ -157,6 +163,7 @@ def analytic_moments_with_indices(
         memory_budget_bytes,
         view,
         channel_terms=channel_terms,
+        channel_bend=channel_bend,
     )
     tables, delay_us, int_time, options = checked
     n_coef = g_time.shape[2]

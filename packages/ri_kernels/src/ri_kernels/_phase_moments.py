@@ -522,37 +522,50 @@ def cubic_series_error(gamma: float, cubic_terms: int) -> float:
     return r ** (cubic_terms + 1) / math.factorial(cubic_terms + 1) * math.exp(r)
 
 
-def channel_series_error(epsilon: float, channel_terms: int) -> float:
+def channel_series_error(
+    epsilon: float, channel_terms: int, bend: float = 0.0, channel_bend: bool = True
+) -> float:
     """Bound on the error, relative to the signal, of the analytic operator's series across a
     channel (``analytic_eval_with_indices``' ``channel_terms``) for a fine channel's largest
-    ``epsilon`` = 2 pi dnu d1 T/2 (rad): the time-frequency cross term of the pair's phase,
-    dnu the fine channel's offset from the centre (MHz) and d1 the pair's delay rate (us/s).
+    cross term ``epsilon`` = 2 pi dnu d1 T/2 (rad; dnu the fine channel's offset from the
+    centre, MHz, and d1 the pair's delay rate, us/s) and largest change of the curvature and
+    the cubic across the channel ``bend`` = |beta| + |gamma| (rad; beta = pi dnu d2 (T/2)^2,
+    gamma = (pi/3) dnu d3 (T/2)^3).
 
     The series of exp(i epsilon x), |x| <= 1, cut after J = ``channel_terms`` terms errs by at
-    most |epsilon|^J / J! e^|epsilon|. J = 0 forms the moments at every fine channel: exact.
+    most |epsilon|^J / J! e^|epsilon|; the bend by e^|epsilon| bend^2 / 2 more taken to first
+    order (``channel_bend``), or e^|epsilon| bend dropped. J = 0 forms the moments at every
+    fine channel: exact.
     """
-    epsilon = abs(float(epsilon))
+    epsilon, bend = abs(float(epsilon)), abs(float(bend))
     if channel_terms == 0:
         return 0.0
-    return epsilon**channel_terms / math.factorial(channel_terms) * math.exp(epsilon)
+    series = epsilon**channel_terms / math.factorial(channel_terms) * math.exp(epsilon)
+    return series + math.exp(epsilon) * (bend**2 / 2 if channel_bend else bend)
 
 
 def fewest_channel_terms(
-    epsilon: float, error: float, *, channel_terms: int = MAX_CHANNEL_TERMS, dtype=np.float32
+    epsilon: float,
+    error: float,
+    *,
+    bend: float = 0.0,
+    channel_bend: bool = True,
+    channel_terms: int = MAX_CHANNEL_TERMS,
+    dtype=np.float32,
 ) -> int:
     """The fewest terms, 1 to ``channel_terms``, of the analytic operator's series across a
-    channel that hold cross terms of at most ``epsilon`` (rad; :func:`channel_series_error`)
-    within ``error`` relative to the signal (never below ``dtype``'s epsilon); 0 (moments at
-    every fine channel) where none does.
+    channel that hold cross terms of at most ``epsilon`` and bends of at most ``bend`` (rad;
+    :func:`channel_series_error`) within ``error`` relative to the signal (never below
+    ``dtype``'s epsilon); 0 (moments at every fine channel) where none does.
 
     Navigation satellites over an array a few km across (delay rates of about 2e-3 us/s, 10 kHz
-    channels, 10 s integrations) have epsilon ~ 3e-4 rad: one term, or two at a high
+    channels, 10 s integrations) have epsilon ~ 3e-4 rad: two terms, or three at a high
     signal-to-noise ratio.
     """
     _check_options(1, 1, 1, 0)
     allowed = max(float(error), float(np.finfo(dtype).eps))
     for k in range(1, channel_terms + 1):
-        if channel_series_error(epsilon, k) <= allowed:
+        if channel_series_error(epsilon, k, bend, channel_bend) <= allowed:
             return k
     return 0
 

@@ -150,6 +150,13 @@ def option(fn: str, name: str, value, low: int, high: int) -> int:
     return value
 
 
+def flag(fn: str, name: str, value) -> bool:
+    """A static boolean option."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{fn}: {name} must be True or False; got {value!r}")
+    return bool(value)
+
+
 def coefficients(fn: str, n_coef: int) -> None:
     if not 1 <= n_coef <= MAX_COEFFICIENTS:
         raise ValueError(

@@ -210,6 +210,9 @@ class GroupSpec:
     # each channel's centre; 0 or None: at every fine channel. Kept moments are kept at every
     # fine channel where they fit, at the centres where only those do (``plan_phase_cache``).
     channel_terms: int | None = None
+    # With channel terms: whether the series takes the curvature's change across a channel
+    # to first order (2 or 3 more moments), or drops it where that is within the error.
+    channel_bend: bool = True
 
     @property
     def name(self) -> str:
@@ -420,6 +423,7 @@ def _analytic_options(spec: GroupSpec, config: RfiVisConfig, centres: bool = Tru
         "terms": config.terms,
         "cubic_terms": config.cubic_terms if spec.cubic_terms is None else spec.cubic_terms,
         "channel_terms": (spec.channel_terms or 0) if centres else 0,
+        "channel_bend": spec.channel_bend,
         "memory_budget_bytes": config.memory_budget_bytes,
     }
 
@@ -429,7 +433,7 @@ def analytic_options_report(specs, config: RfiVisConfig) -> dict:
     across a channel where its moments are formed at every step), by the group's name in
     ``rfi_groups``, for summary.json and ``tabascal plan``."""
     report = {}
-    names = ("segments", "terms", "cubic_terms", "channel_terms")
+    names = ("segments", "terms", "cubic_terms", "channel_terms", "channel_bend")
     for spec in specs:
         if spec.operator == "analytic":
             options = _analytic_options(spec, config)
@@ -504,16 +508,18 @@ def analytic_spec(
     ``OPERATOR_ERROR_SHARE`` of ``config.tolerance`` of the noise, relative to the signal
     ``tolerance share / snr``. dtype: the model's real dtype.
 
-    Under "auto" the group also takes the fewest terms of the operator's series across a
-    channel (``ri_kernels.fewest_channel_terms``) that hold its cross term ``rate``
-    (``rate_phase_bound``, taken ``PHASE_BOUND_MARGIN`` times over) within half that error,
-    where the curvature the series takes at the channel's centre, ``channel_ratio`` (half a
-    channel over its frequency) times ``curvature`` + ``cubic``, stays within the other half:
-    used where the group's moments are formed at every step, whose costliest work it divides
-    by about the fine channels (float32, 16 antennas, 32 satellites, 7 fine channels, 2
-    pieces, 1 cubic term: a CPU's forward evaluation 0.24 -> 0.14 s, value and gradient
-    0.46 -> 0.34 s, benchmarks/analytic_options.py). Kept moments are formed at every fine
-    channel.
+    Under "auto" a group with more than one fine channel also takes the fewest terms, at
+    most ``config.channel_terms``, of the operator's series across a channel
+    (``ri_kernels.fewest_channel_terms``) that hold its cross term ``rate``
+    (``rate_phase_bound``) and its curvature's change across a channel (its bend,
+    ``channel_ratio``, half a channel over its frequency, times ``curvature`` + ``cubic``),
+    each taken ``PHASE_BOUND_MARGIN`` times over, within half that error: with the bend
+    dropped where that holds (navigation satellites), else taken to first order (LEO). Its
+    moments are then formed once per channel instead of at each fine channel (float32, 16
+    antennas, 4 channels, 32 satellites, 7 fine channels, 2 pieces, 1 cubic term, two channel
+    terms, the bend dropped: a CPU's forward evaluation 328 -> 148 ns per element, value and
+    gradient 807 -> 401 ns, benchmarks/analytic_options.py); kept, at every fine channel where
+    they fit and at the centres where only those do (``plan_phase_cache``).
 
     One piece is the cheaper (float32, 32 satellites, 7 time points: a TPU v5e's value and
     gradient 19.5 ns per element at one piece and one cubic term against 28.2 at two; a
@@ -541,14 +547,26 @@ def analytic_spec(
     straight = PHASE_BOUND_MARGIN * curvature < ri_kernels.curvature_switch(config.terms, dtype)
     if segments > 1 and straight and (on_one := fewest(1)) <= cubic_terms:
         cubic_terms, segments = on_one, 1
-    channel_terms = 0
-    centred = PHASE_BOUND_MARGIN * channel_ratio * (curvature + cubic)
-    if spec.n_freq_samples > 1 and config.channel_terms and centred <= error / 2:
-        channel_terms = ri_kernels.fewest_channel_terms(
-            PHASE_BOUND_MARGIN * rate, error / 2, channel_terms=config.channel_terms, dtype=dtype
-        )
+    channel_terms, bent = 0, True
+    if spec.n_freq_samples > 1 and config.channel_terms:
+        # the bend dropped where that holds (fewer moments), else taken to first order
+        for bent in (False, True):
+            channel_terms = ri_kernels.fewest_channel_terms(
+                PHASE_BOUND_MARGIN * rate,
+                error / 2,
+                bend=PHASE_BOUND_MARGIN * channel_ratio * (curvature + cubic),
+                channel_bend=bent,
+                channel_terms=config.channel_terms,
+                dtype=dtype,
+            )
+            if channel_terms:
+                break
     return dataclasses.replace(
-        spec, cubic_terms=cubic_terms, segments=segments, channel_terms=channel_terms
+        spec,
+        cubic_terms=cubic_terms,
+        segments=segments,
+        channel_terms=channel_terms,
+        channel_bend=bent,
     )
 
 
@@ -591,13 +609,13 @@ def moments_shape(
     """Shape of an analytic group's kept phase moments (``ri_kernels.
     analytic_moments_with_indices``): ``(n_mom, *rows, n_freq, n_time, n_src, n_int_f)``,
     2 n_coef - 1 moments, n_coef the time stencil's points; with ``centres``, those at the
-    channels' centres of its ``channel_terms`` J, (n_mom + J - 1, ..., 1). rows: the group's
+    channels' centres of its ``channel_terms`` J, (n_mom + J + 2, ..., 1). rows: the group's
     row axes, ``(n_rows,)``, or ``(n_dev, n_rows)`` split over devices. model_shape: (n_src,
     n_freq, n_time)."""
     n_src, n_freq, n_time = model_shape
     n_mom = 2 * min(config.time_stencil, n_time) - 1
-    if centres:
-        return (n_mom + spec.channel_terms - 1, *rows, n_freq, n_time, n_src, 1)
+    if centres:  # J + 2 orders more (ri_kernels.analytic_moments_with_indices)
+        return (n_mom + spec.channel_terms + 2, *rows, n_freq, n_time, n_src, 1)
     return (n_mom, *rows, n_freq, n_time, n_src, spec.n_freq_samples)
 
 
