@@ -517,8 +517,8 @@ def analytic_spec(
     dropped where that holds (navigation satellites), else taken to first order (LEO). Its
     moments are then formed once per channel instead of at each fine channel (float32, 16
     antennas, 4 channels, 32 satellites, 7 fine channels, 2 pieces, 1 cubic term, two channel
-    terms, the bend dropped: a CPU's forward evaluation 328 -> 148 ns per element, value and
-    gradient 807 -> 401 ns, benchmarks/analytic_options.py); kept, at every fine channel where
+    terms, the bend dropped: a CPU's forward evaluation 357 -> 156 ns per element, value and
+    gradient 818 -> 401 ns, benchmarks/analytic_options.py); kept, at every fine channel where
     they fit and at the centres where only those do (``plan_phase_cache``).
 
     One piece is the cheaper (float32, 32 satellites, 7 time points: a TPU v5e's value and
