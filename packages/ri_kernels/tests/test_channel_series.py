@@ -131,7 +131,7 @@ def test_kept_moments_at_the_channels_centres_equal_the_formed_ones_float64():
             INDICES, *args, channel_terms=3, channel_bend=bend, moments=moments
         )
         apart = np.max(np.abs(np.asarray(kept) - np.asarray(formed))) / np.max(np.abs(formed))
-        assert apart < 1e-13  # measured 1.8e-16
+        assert apart < 1e-13  # measured 4.5e-17 (with the bend), 2.4e-16 (without)
 
     def kept_loss(amp):
         vis = analytic_eval_with_indices(INDICES, amp, *rest, channel_terms=3, moments=moments)

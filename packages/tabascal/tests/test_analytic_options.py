@@ -47,27 +47,30 @@ def _rfi_vis(obs, precision, **rfi):
     return np.asarray(vis), tuple(options[k] for k in ("segments", "cubic_terms", "channel_terms"))
 
 
-# (store, tolerance, the (pieces, cubic terms, channel terms) "auto" takes, largest difference
-# from the configured two pieces and three terms' visibilities, at every fine channel,
-# measured, in noise): navigation satellites, which need no cubic term and two terms across
-# a channel (1.6e-7; 3.6e-8 at every fine channel); a rising LEO, whose cubic takes one term
-# at the default tolerance and none at ten times it, and its channels two terms (2.4e-5;
-# 1.6e-10 at every fine channel).
+# (store, tolerance, rfi.channel_terms, the (pieces, cubic terms, channel terms) "auto" takes,
+# largest difference from the configured two pieces and three terms' visibilities, at every
+# fine channel, measured, in noise): navigation satellites, which need no cubic term, and
+# with rfi.channel_terms 4 two terms across a channel; a rising LEO, whose cubic takes one
+# term at the default tolerance and none at ten times it, and its channels two terms.
 CASES = [
-    ("small_store", 0.1, (1, 0, 2), 1.6e-7),
-    ("rising_store", 0.1, (2, 1, 2), 2.4e-5),
-    ("rising_store", 1.0, (2, 0, 2), 4.2e-3),
+    ("small_store", 0.1, 0, (1, 0, 0), 3.6e-8),
+    ("rising_store", 0.1, 0, (2, 1, 0), 1.6e-10),
+    ("rising_store", 1.0, 0, (2, 0, 0), 4.3e-3),
+    ("small_store", 0.1, 4, (1, 0, 2), 1.6e-7),
+    ("rising_store", 0.1, 4, (2, 1, 2), 2.4e-5),
 ]
 
 
 @pytest.mark.usefixtures("x64")  # precision "double": the truncation apart from float32's rounding
-@pytest.mark.parametrize("store, tolerance, chosen, measured", CASES)
+@pytest.mark.parametrize("store, tolerance, channel_terms, chosen, measured", CASES)
 def test_fitted_options_predict_within_their_share_of_the_tolerance(
-    request, store, tolerance, chosen, measured
+    request, store, tolerance, channel_terms, chosen, measured
 ):
     obs = read_observation(request.getfixturevalue(store))
-    auto, options = _rfi_vis(obs, "double", tolerance=tolerance)
-    fixed, configured = _rfi_vis(obs, "double", tolerance=tolerance, analytic_options="fixed")
+    auto, options = _rfi_vis(obs, "double", tolerance=tolerance, channel_terms=channel_terms)
+    fixed, configured = _rfi_vis(
+        obs, "double", tolerance=tolerance, channel_terms=channel_terms, analytic_options="fixed"
+    )
     assert options == chosen and configured == (2, 3, 0)
     apart = np.abs(auto - fixed).max() / np.min(obs.noise)
     print(f"{store} tolerance {tolerance}: {options}, {apart:.2e} of the noise apart")
@@ -94,21 +97,26 @@ def pass_store(tmp_path_factory):
     return path
 
 
-# (store, what "auto" takes in float32 as shipped, a bound near the largest difference from
-# the configured (2 pieces, 3 terms, at every fine channel) visibilities, in noise):
-# navigation satellites and the rising LEO take one piece (measured 2.0e-5 and 9.4e-5:
-# float32 rounding of signals up to hundreds of times the noise), the LEO pass two (measured
-# 1.4e-4, from its three terms across a channel: its cubic's second and third terms are
-# below float32's rounding); all take terms across their channels.
+# (store, rfi.channel_terms, what "auto" takes in float32 as shipped, a bound near the largest
+# difference from the configured (2 pieces, 3 terms, at every fine channel) visibilities, in
+# noise): navigation satellites and the rising LEO take one piece (measured 1.6e-5 and
+# 9.3e-5: float32 rounding of signals up to hundreds of times the noise), the LEO pass two
+# (measured 0: its cubic's second and third terms are below float32's rounding). With
+# rfi.channel_terms 4 each takes terms across its channels: 2.0e-5, 9.4e-5 and 1.4e-4.
 SINGLE_CASES = [
-    ("small_store", (1, 0, 2), 2.0e-3),
-    ("rising_store", (1, 1, 2), 9.4e-3),
-    ("pass_store", (2, 1, 3), 1.4e-2),
+    ("small_store", 0, (1, 0, 0), 1.6e-3),
+    ("rising_store", 0, (1, 1, 0), 9.3e-3),
+    ("pass_store", 0, (2, 1, 0), 1e-7),
+    ("small_store", 4, (1, 0, 2), 2.0e-3),
+    ("rising_store", 4, (1, 1, 2), 9.4e-3),
+    ("pass_store", 4, (2, 1, 3), 1.4e-2),
 ]
 
 
-@pytest.mark.parametrize("store, chosen, bound", SINGLE_CASES)
-def test_one_piece_where_no_piece_would_be_curved_float32(request, store, chosen, bound):
+@pytest.mark.parametrize("store, channel_terms, chosen, bound", SINGLE_CASES)
+def test_one_piece_where_no_piece_would_be_curved_float32(
+    request, store, channel_terms, chosen, bound
+):
     obs = read_observation(request.getfixturevalue(store))
     config = run_config.model_config(run_config.load({}))
     geom = joint.observation_geometry(obs, config)
@@ -118,8 +126,10 @@ def test_one_piece_where_no_piece_would_be_curved_float32(request, store, chosen
     # every pair's curvature (with the margin for fitted orbits) below the switch at one
     # piece, or not: 2.3e-5 (GNSS), 0.035 (rising) and 0.28 rad (the pass)
     assert (rfi_vis.PHASE_BOUND_MARGIN * curvature < switch) == (chosen[0] == 1)
-    auto, options = _rfi_vis(obs, "single")
-    fixed, configured = _rfi_vis(obs, "single", analytic_options="fixed")
+    auto, options = _rfi_vis(obs, "single", channel_terms=channel_terms)
+    fixed, configured = _rfi_vis(
+        obs, "single", channel_terms=channel_terms, analytic_options="fixed"
+    )
     assert options == chosen and configured == (2, 3, 0)
     apart = np.abs(auto - fixed).max() / np.min(obs.noise)
     print(f"{store}: {options}, curvature {curvature:.2g} rad, {apart:.2e} of the noise apart")

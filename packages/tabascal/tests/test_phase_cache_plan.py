@@ -79,10 +79,10 @@ def test_moments_bytes_are_the_bytes_of_the_moments_ri_kernels_forms():
     assert size == 8 * (2 * 3 - 1) * n_cells
 
 
-def test_moments_at_the_channels_centres_where_only_those_fit():
-    """A group with channel terms keeps its moments at its channels' centres where those at
-    every fine channel would pass the budget, and says so; their bytes are those of the
-    array ri_kernels returns."""
+def test_a_group_with_channel_terms_keeps_its_moments_at_the_channels_centres():
+    """A group with channel terms keeps its moments at its channels' centres (the series it
+    forms them with where they are not kept), within the budget by their own bytes, and says
+    so; their bytes are those of the array ri_kernels returns."""
     n_ant, n_src, n_freq, n_time = 4, 2, 3, 5
     config = RfiVisConfig(time_stencil=3, phase_cache_mb=3.0)
     spec = GroupSpec("analytic", 1, 7, channel_terms=2)
@@ -101,15 +101,18 @@ def test_moments_at_the_channels_centres_where_only_those_fit():
     at_centres = rfi_vis.moments_bytes(spec, a1.size, model_shape, config, np.complex64, True)
     assert at_centres == moments.nbytes
     assert rfi_vis.moments_bytes(ANALYTIC, a1.size, model_shape, config, np.complex64, True) == 0
-    # per channel 5 MiB, at the centres 1 MiB: within 3 MiB only the centres fit
+    # per channel 5 MiB, at the centres 1 MiB: within 3 MiB the centres fit, and the group
+    # without channel terms does not
     sizes, centres = [0, 5 * MIB, 5 * MIB], [0, 1 * MIB, 0]
     specs = (QUAD, spec, ANALYTIC)
     keep = rfi_vis.plan_phase_cache(sizes, specs, config, 3 * MIB, centres)
     assert keep == (False, CENTRES, False)
+    # at the centres even where every fine channel's would fit; past the budget, formed
     assert rfi_vis.plan_phase_cache([0, 2 * MIB], specs[:2], config, 3 * MIB, centres[:2]) == (
         False,
-        C,
+        CENTRES,
     )
+    assert rfi_vis.plan_phase_cache(sizes, specs, config, 0.5 * MIB, centres) == (False,) * 3
     budget = (3 * MIB, "phase_cache_mb")
     report = rfi_vis.phase_cache_report(sizes[:2], specs[:2], keep[:2], config, budget, centres[:2])
     group = report["groups"][spec.name]

@@ -54,7 +54,7 @@ def _moments(
     memory_budget_bytes,
 ):
     """Every pair's and cell's phase moments: (n_mom, n_bl, n_freq, n_time, n_rfi, n_int_f),
-    or with ``channel_terms`` J > 0 at the channels' centres, (n_mom + J - 1, ..., 1)."""
+    or with ``channel_terms`` J > 0 at the channels' centres, (n_mom + J + 2, ..., 1)."""
     options = {
         "segments": segments,
         "terms": terms,

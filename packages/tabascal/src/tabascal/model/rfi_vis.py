@@ -70,8 +70,8 @@ class RfiVisConfig:
       need, at most ``cubic_terms``, and one piece per integration where its phases' curvature
       allows (``analytic_spec``); "fixed": ``segments`` and ``cubic_terms`` as set.
     channel_terms: under "auto", the most terms of the analytic operator's series across a
-      channel that a group whose moments are formed at every step takes (its moments then
-      formed once per channel, not per fine channel); 0, or "fixed": at every fine channel.
+      channel that a group takes (its moments then formed, and kept, once per channel, not
+      per fine channel); 0 (the default), or "fixed": at every fine channel.
     max_groups: most groups (compiled operator calls); the smallest are merged upwards.
     memory_budget_mb: fine-grid working memory of each operator call (MiB), which sets how many
       cells (and baselines) the operators evaluate at once. On the baseline axis each device
@@ -135,10 +135,13 @@ class RfiVisConfig:
     # (benchmarks/analytic_options.py, 2026-12-06), three terms took 458 ns forward and 762 ns
     # with the gradient per element on a 2-core CPU, one 279 and 557 ns; on a TPU v5e 17.6
     # and 35.2 ns, one 13.9 and 28.2 ns, and one piece with one term 9.8 and 19.5 ns.
+    # Off by default: the series holds the visibilities within the tolerance, not to the
+    # rounding, so it changes every fit with an analytic group of several fine channels; the
+    # science scenarios have not been refitted with it (docs/benchmarks.md).
     channel_terms: int = option_field(
-        4,
-        "analytic operator: most terms of its series across a channel, where a group's moments "
-        "are formed at every step, under analytic_options auto (0: at every fine channel)",
+        0,
+        "analytic operator: most terms of its series across a channel under analytic_options "
+        "auto, which forms a group's phase moments once per channel (0: at every fine channel)",
         min=0,
         max=ri_kernels.MAX_CHANNEL_TERMS,
     )
@@ -206,9 +209,8 @@ class GroupSpec:
     # takes the configuration's.
     cubic_terms: int | None = None
     segments: int | None = None
-    # Terms of the operator's series across a channel (``analytic_spec``): moments formed at
-    # each channel's centre; 0 or None: at every fine channel. Kept moments are kept at every
-    # fine channel where they fit, at the centres where only those do (``plan_phase_cache``).
+    # Terms of the operator's series across a channel (``analytic_spec``): moments formed, and
+    # kept, at each channel's centre; 0 or None: at every fine channel.
     channel_terms: int | None = None
     # With channel terms: whether the series takes the curvature's change across a channel
     # to first order (2 or 3 more moments), or drops it where that is within the error.
@@ -518,8 +520,8 @@ def analytic_spec(
     moments are then formed once per channel instead of at each fine channel (float32, 16
     antennas, 4 channels, 32 satellites, 7 fine channels, 2 pieces, 1 cubic term, two channel
     terms, the bend dropped: a CPU's forward evaluation 357 -> 156 ns per element, value and
-    gradient 818 -> 401 ns, benchmarks/analytic_options.py); kept, at every fine channel where
-    they fit and at the centres where only those do (``plan_phase_cache``).
+    gradient 818 -> 401 ns, benchmarks/analytic_options.py), and kept at the centres
+    (``plan_phase_cache``): every route then does the same arithmetic.
 
     One piece is the cheaper (float32, 32 satellites, 7 time points: a TPU v5e's value and
     gradient 19.5 ns per element at one piece and one cubic term against 28.2 at two; a
@@ -664,19 +666,17 @@ def plan_phase_cache(
     step), ``KEPT_AT_CHANNELS`` or ``KEPT_AT_CENTRES``, from each group's moment bytes per
     device ``sizes_bytes`` (``moments_bytes``), ``config.phase_cache`` and the budget per
     device under "auto" (``phase_cache_budget_bytes``). ``centre_bytes``: each group's bytes
-    kept at its channels' centres (``moments_bytes(..., centres=True)``, 0 without channel
-    terms), taken under "auto" where those at every fine channel would pass the budget: a
-    step then makes each fine channel's from them, which costs less than forming them (at
-    every fine channel, or at the centres)."""
+    kept at its channels' centres (``moments_bytes(..., centres=True)``), nonzero for a group
+    with channel terms, which keeps them so: the same series as where they are formed, so
+    that a fit's arithmetic does not depend on which route keeps them (n_int_f times fewer
+    bytes, for the series' work at every step)."""
     keep, total = [], 0
     centre_bytes = centre_bytes or [0] * len(specs)
     for spec, size, centre in zip(specs, sizes_bytes, centre_bytes, strict=True):
-        choice = False
-        if spec.operator == "analytic" and config.phase_cache != "never":
-            if config.phase_cache == "always" or total + size <= budget_bytes:
-                choice, total = KEPT_AT_CHANNELS, total + size
-            elif centre and total + centre <= budget_bytes:
-                choice, total = KEPT_AT_CENTRES, total + centre
+        choice, kept = False, centre or size
+        wanted = spec.operator == "analytic" and config.phase_cache != "never"
+        if wanted and (config.phase_cache == "always" or total + kept <= budget_bytes):
+            choice, total = (KEPT_AT_CENTRES if centre else KEPT_AT_CHANNELS), total + kept
         keep.append(choice)
     return tuple(keep)
 
