@@ -74,7 +74,7 @@ def _moments(
         p, q = indices.a1[rows], indices.a2[rows]
         return _moments_of_block(signal, tables, int_time, p, q, cell_f, cell_t, n_mom, options)
 
-    n_kept, n_int_f = n_mom, n_int_f
+    n_kept = n_mom
     if channel_terms:  # kept at the channels' centres, a few orders more
         n_kept, n_int_f = n_mom + _centre_orders(options, kept=True), 1
     if n_bl == 0:

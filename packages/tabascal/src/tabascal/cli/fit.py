@@ -369,7 +369,7 @@ def _channel_terms(options: dict) -> str:
     terms = options.get("channel_terms", 0)
     if not terms:
         return ""
-    return f", {terms} channel term{'s' if terms != 1 else ''} where its moments are formed"
+    return f", {terms} channel term{'s' if terms != 1 else ''}"
 
 
 def _kept_words(group: dict) -> str:

@@ -431,9 +431,9 @@ def _analytic_options(spec: GroupSpec, config: RfiVisConfig, centres: bool = Tru
 
 
 def analytic_options_report(specs, config: RfiVisConfig) -> dict:
-    """Each analytic group's operator options (pieces, curvature and cubic terms, and terms
-    across a channel where its moments are formed at every step), by the group's name in
-    ``rfi_groups``, for summary.json and ``tabascal plan``."""
+    """Each analytic group's operator options (pieces, curvature and cubic terms, terms
+    across a channel and whether they take the bend), by the group's name in ``rfi_groups``,
+    for summary.json and ``tabascal plan``."""
     report = {}
     names = ("segments", "terms", "cubic_terms", "channel_terms", "channel_bend")
     for spec in specs:
