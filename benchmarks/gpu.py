@@ -91,6 +91,13 @@ def _arguments(argv=None):
         help="rfi.analytic_options: the analytic group's cubic-phase terms fitted to its "
         "phases (auto, the default), or rfi.cubic_terms as set (fixed)",
     )
+    parser.add_argument(
+        "--channel-terms",
+        type=int,
+        default=0,
+        help="rfi.channel_terms: the most terms of the series across a channel an analytic "
+        "group may take (0, the default: its phase moments at every fine channel)",
+    )
     parser.add_argument("--tiny", action="store_true", help="8 stations, 2 channels, CPU-sized")
     parser.add_argument("--skip-kernels", action="store_true", help="no ri_kernels benchmark")
     parser.add_argument("--out", type=Path, default=None)
@@ -133,7 +140,12 @@ def run_case(spec: dict) -> dict:
         geom = pickle.load(f)
     abstract, config, _ = _common.preset_model(
         spec["preset"], spec["channels"], spec["rfi"], spec["extra"], geom=geom,
-        config_extra={"rfi": {"analytic_options": spec["analytic_options"]}},
+        config_extra={
+            "rfi": {
+                "analytic_options": spec["analytic_options"],
+                "channel_terms": spec.get("channel_terms", 0),
+            }
+        },
     )  # fmt: skip
     progress("model built (abstract)")
     model = _common.synthetic_model(abstract, progress=progress)
@@ -280,13 +292,15 @@ def main(argv=None) -> None:
                     "polish_steps": options.polish_steps, "polish_cg": options.polish_cg,
                     "row_blocks": options.row_blocks.get(channels, 1),
                     "analytic_options": options.analytic_options,
+                    "channel_terms": options.channel_terms,
                     "geometry": str(geometry), "result": str(folder / "result.json"),
                     "progress": str(out / f"gpu_{stamp}_progress_{channels}_{rfi}.txt"),
                 }  # fmt: skip
                 (folder / "case.json").write_text(json.dumps(spec))
                 record = {**base, "preset": options.preset, "channels": channels, "rfi": rfi,
                           "steps": options.steps, "warmup": options.warmup,
-                          "row_blocks": spec["row_blocks"]}  # fmt: skip
+                          "row_blocks": spec["row_blocks"],
+                          "channel_terms": options.channel_terms}  # fmt: skip
                 command = [sys.executable, __file__, "--case", str(folder / "case.json")]
                 start = time.perf_counter()
                 try:
