@@ -3,7 +3,9 @@ the same loss and gradient, on one device and on the baseline axis over 4 virtua
 
 The small store's 28 baselines in one analytic group (quadrature_limit 0), float64. Each case
 proves the kept moments were used: the placed group holds them (on the baseline axis split
-over the devices, one block per device), and the route's report says so.
+over the devices, one block per device), and the route's report says so. With
+``rfi.channel_terms`` the group's moments are kept at its channels' centres, and the cases
+prove that too (the report's "at", the moments' one point per channel).
 """
 
 import jax
@@ -57,24 +59,42 @@ def _worst(a, b) -> float:
     return max(float(np.max(np.abs(x - y)) / np.max(np.abs(y))) for x, y in zip(a, b, strict=True))
 
 
-@pytest.mark.parametrize(("name", "n_dev"), [("none", None), ("baseline", N_DEVICES)])
-def test_kept_moments_give_the_loss_and_gradient_of_formed_ones(obs, name, n_dev):
-    route, kept = _placed(obs, name, "always", n_dev)
-    _, formed = _placed(obs, name, "never", n_dev)
+# (route, devices, rfi.channel_terms): with channel terms the group's moments are kept at its
+# channels' centres and each fine channel's made from them at every step, as where formed.
+KEPT_CASES = [
+    ("none", None, 0),
+    ("baseline", N_DEVICES, 0),
+    ("none", None, 4),
+    ("baseline", N_DEVICES, 4),
+]
+
+
+@pytest.mark.parametrize(("name", "n_dev", "channel_terms"), KEPT_CASES)
+def test_kept_moments_give_the_loss_and_gradient_of_formed_ones(obs, name, n_dev, channel_terms):
+    route, kept = _placed(obs, name, "always", n_dev, channel_terms=channel_terms)
+    _, formed = _placed(obs, name, "never", n_dev, channel_terms=channel_terms)
     ((group, report),) = kept.info["rfi_phase_cache"]["groups"].items()
     assert group.startswith("analytic") and report["kept"] and report["mib_per_device"] > 0
     assert not formed.info["rfi_phase_cache"]["groups"][group]["kept"]
     moments = kept.constants.groups[0].moments
     assert formed.constants.groups[0].moments is None
+    options = kept.info["rfi_analytic_options"][group]
+    print(group, options, report)
+    if channel_terms:  # the series ran: terms taken, the moments at one point per channel
+        assert options["channel_terms"] > 0 and report["at"] == "centres"
+        fine_channels = getattr(kept.spec, "model", kept.spec).groups[0].n_freq_samples
+        assert moments.shape[-1] == 1 and fine_channels > 1
+    else:
+        assert options["channel_terms"] == 0 and report["at"] == "channels"
     if name == "baseline":  # split over the devices, one block of rows each
         assert moments.shape[0] == N_DEVICES
         assert moments.sharding.is_equivalent_to(NamedSharding(kept.spec.mesh, P("bl")), 7)
         assert len({s.device for s in moments.addressable_shards}) == N_DEVICES
-        # the report's per-device size is one device's block
+        # the report's per-device size kept is one device's block
         one_block = moments.addressable_shards[0].data.nbytes / 2**20
-        assert report["mib_per_device"] == pytest.approx(one_block, rel=1e-12)
+        assert report["kept_mib_per_device"] == pytest.approx(one_block, rel=1e-12)
     else:
-        assert report["mib_per_device"] == pytest.approx(moments.nbytes / 2**20, rel=1e-12)
+        assert report["kept_mib_per_device"] == pytest.approx(moments.nbytes / 2**20, rel=1e-12)
 
     value_k, grad_k = _value_and_grad(route, kept)
     value_f, grad_f = _value_and_grad(route, formed)

@@ -94,7 +94,7 @@ def test_a_group_with_channel_terms_keeps_its_moments_at_the_channels_centres():
     phase = rng.uniform(0, 6, (n_ant, n_src, n_freq, n_time)).astype(np.float32)
     delay = (rng.normal(size=(n_ant, n_src, n_time, 4)) * 1e-3).astype(np.float32)
     freq = np.linspace(1000, 1001, n_freq).astype(np.float32)
-    moments = rfi_vis.group_moments(spec, tables, phase, delay, freq, config, centres=True)
+    moments = rfi_vis.group_moments(spec, tables, phase, delay, freq, config)
     # 2 n_coef - 1 + J + 2 moments at one point per channel
     assert moments.shape == (9, a1.size, n_freq, n_time, n_src, 1)
     model_shape = (n_src, n_freq, n_time)

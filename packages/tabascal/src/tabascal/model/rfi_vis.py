@@ -417,14 +417,14 @@ def _grid(tables: GroupTables, freq_mhz) -> tuple:
     )
 
 
-def _analytic_options(spec: GroupSpec, config: RfiVisConfig, centres: bool = True) -> dict:
-    """The analytic operator's options of ``spec``; without ``centres``, with its moments at
-    every fine channel (kept so, ``plan_phase_cache``)."""
+def _analytic_options(spec: GroupSpec, config: RfiVisConfig) -> dict:
+    """The analytic operator's options of ``spec``. A group with channel terms forms its
+    moments at its channels' centres, and keeps them there (``plan_phase_cache``)."""
     return {
         "segments": config.segments if spec.segments is None else spec.segments,
         "terms": config.terms,
         "cubic_terms": config.cubic_terms if spec.cubic_terms is None else spec.cubic_terms,
-        "channel_terms": (spec.channel_terms or 0) if centres else 0,
+        "channel_terms": spec.channel_terms or 0,
         "channel_bend": spec.channel_bend,
         "memory_budget_bytes": config.memory_budget_bytes,
     }
@@ -594,11 +594,9 @@ def evaluate_group(
         return ri_kernels.quadrature_eval_with_indices(
             *signal, memory_budget_bytes=config.memory_budget_bytes, amp_factor=amp_factor
         )
-    # kept moments at the channels' centres have one fine channel
-    centres = tables.moments is None or tables.moments.shape[-1] == 1
     return ri_kernels.analytic_eval_with_indices(
         *signal,
-        **_analytic_options(spec, config, centres),
+        **_analytic_options(spec, config),
         moments=tables.moments,
         view=tables.view,
         amp_factor=amp_factor,
@@ -705,12 +703,11 @@ def phase_cache_report(
     }
 
 
-def group_moments(
-    spec: GroupSpec, tables: GroupTables, phase, delay_us, freq_mhz, config, centres=False
-):
+def group_moments(spec: GroupSpec, tables: GroupTables, phase, delay_us, freq_mhz, config):
     """The phase moments of an analytic group's rows (``ri_kernels``), formed once: at every
-    fine channel, or with ``centres`` at the channels' centres (``KEPT_AT_CENTRES``)."""
-    options = _analytic_options(spec, config, centres)
+    fine channel, or at the channels' centres for a group with channel terms
+    (``KEPT_AT_CENTRES``)."""
+    options = _analytic_options(spec, config)
     return ri_kernels.analytic_moments_with_indices(
         tables.indices,
         phase,

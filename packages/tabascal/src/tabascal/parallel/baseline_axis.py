@@ -740,7 +740,6 @@ def keep_phase_moments(constants: joint.ModelConstants, spec: ShardedSpec, keep)
                     delay_us,
                     freq_mhz,
                     spec.model.rfi_vis,
-                    centres=keep[g] == rfi_vis.KEPT_AT_CENTRES,
                 )
                 out.append(moments[None])
             return tuple(out)

@@ -187,7 +187,6 @@ def _single_device_moments(constants: joint.ModelConstants, model_spec, keep):
                 constants.delay_us,
                 constants.freq_mhz,
                 model_spec.rfi_vis,
-                centres=keep[g] == rfi_vis.KEPT_AT_CENTRES,
             )
             groups[g] = groups[g]._replace(moments=moments)
     return constants._replace(groups=tuple(groups))
