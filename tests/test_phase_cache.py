@@ -84,8 +84,9 @@ def test_kept_moments_give_the_loss_and_gradient_of_formed_ones(obs, name, n_dev
         assert options["channel_terms"] > 0 and report["at"] == "centres"
         fine_channels = getattr(kept.spec, "model", kept.spec).groups[0].n_freq_samples
         assert moments.shape[-1] == 1 and fine_channels > 1
-    else:
+    else:  # kept at every fine channel: what is kept is the whole of the moments
         assert options["channel_terms"] == 0 and report["at"] == "channels"
+        assert report["kept_mib_per_device"] == report["mib_per_device"]
     if name == "baseline":  # split over the devices, one block of rows each
         assert moments.shape[0] == N_DEVICES
         assert moments.sharding.is_equivalent_to(NamedSharding(kept.spec.mesh, P("bl")), 7)
