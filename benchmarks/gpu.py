@@ -143,7 +143,7 @@ def run_case(spec: dict) -> dict:
         config_extra={
             "rfi": {
                 "analytic_options": spec["analytic_options"],
-                "channel_terms": spec.get("channel_terms", 0),
+                "channel_terms": spec["channel_terms"],
             }
         },
     )  # fmt: skip
