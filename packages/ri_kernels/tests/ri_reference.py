@@ -1,4 +1,5 @@
-"""Independent references for the operator tests, written straight from DESIGN.md section 3.
+"""Independent references for the operator tests, written straight from docs/kernels.md
+("The mathematics").
 
 The numpy references loop over baselines, cells and fine samples and rebuild each antenna's
 phase from its own delay series; the jnp reference builds every antenna's fine grid densely

@@ -47,7 +47,8 @@ def _regimes(segments, cubic):
     """Twelve (a, b, c) targets (rad) for the pair (0, 1), at the pieces' branch edges.
 
     On piece 0 (centre x0, half-width rho) the translated coefficients are
-    alpha = (a + 2 b x0 + 3 c x0**2) rho and beta = (b + 3 c x0) rho**2 (DESIGN.md section 3).
+    alpha = (a + 2 b x0 + 3 c x0**2) rho and beta = (b + 3 c x0) rho**2 (docs/kernels.md, "Phase
+    moments in closed form").
     The fine frequencies differ from FREQ_MHZ by < 3e-4 relative, well inside the 2% margins.
     """
     rho = 1 / segments

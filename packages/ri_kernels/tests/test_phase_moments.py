@@ -77,7 +77,8 @@ def assert_matches_quadrature(cases, tol=TOL, **options):
 
 
 def satellite_cubic(nu_mhz, half_time, d1, d2, d3):
-    """(a, b, c) of a baseline from its delay derivatives (us/s^k): DESIGN.md section 3."""
+    """(a, b, c) of a baseline from its delay derivatives (us/s^k): docs/kernels.md, "The analytic
+    operator"."""
     return (
         2 * math.pi * nu_mhz * d1 * half_time,
         math.pi * nu_mhz * d2 * half_time**2,

@@ -1,4 +1,4 @@
-"""Closed-form (analytic) RFI-visibility operator (DESIGN.md section 3).
+"""Closed-form (analytic) RFI-visibility operator (docs/kernels.md, "The analytic operator").
 
 Within a cell each antenna's amplitude is a polynomial in x = 2 tau / int_time, and the
 pair's phase difference is the cubic ``phi0 + a x + b x**2 + c x**3`` of the delay's Taylor
@@ -724,8 +724,8 @@ def analytic_eval_with_indices(
     ``vis[b, f, t] = (1 / n_int_f) sum_{r, u} sum_{j, k} c_p[j] conj(c_q[k]) W_{j+k}`` where
     ``c[m] = sum_{k, l} w_freq[f, k, u] g_time[t, l, m] amp[a, r, start_freq[f] + k,
     start_time[t] + l]`` and ``W_m`` is the mean over x in [-1, 1] of
-    ``x**m exp(i (phi0 + a x + b x**2 + c x**3))`` (DESIGN.md section 3; delay derivatives
-    above the third are dropped).
+    ``x**m exp(i (phi0 + a x + b x**2 + c x**3))`` (docs/kernels.md, "The analytic operator";
+    delay derivatives above the third are dropped).
 
     Args:
         indices: from :func:`make_indices` for ``n_ant`` antennas and ``n_bl`` baselines.

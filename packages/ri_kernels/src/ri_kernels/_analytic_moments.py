@@ -1,4 +1,4 @@
-"""The analytic operator's phase moments formed once and kept (DESIGN.md section 3).
+"""Phase moments formed once and kept (docs/kernels.md, "Fixed orbits: moments kept").
 
 With fixed phases and delays the moments ``W_m`` of :mod:`ri_kernels._analytic` are the same
 at every call, and forming them is most of the operator's work: a fit forms them once with

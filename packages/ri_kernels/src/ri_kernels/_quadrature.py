@@ -1,4 +1,4 @@
-"""Quadrature RFI-visibility operator in Gram form (DESIGN.md section 3).
+"""Quadrature RFI-visibility operator in Gram form (docs/kernels.md, "The quadrature operator").
 
 For each data cell (f, t) the fine-sampled signal ``X[k, a]`` over k = (source, fine channel,
 fine time) is built per antenna from the data grid, and the visibilities are entries of the
@@ -281,10 +281,10 @@ def quadrature_eval_with_indices(
     """RFI visibilities by quadrature over fine samples, for the baselines of ``indices``.
 
     ``vis[b, f, t] = (1 / (n_int_f n_int_t)) sum_{r, u, v} S[a1[b]] conj(S[a2[b]])`` with
-    ``S[a](u, v) = A[a](u, v) exp(i phi[a](u, v))`` (DESIGN.md section 3): ``A`` interpolated
-    from ``amp`` by the stencils, ``phi = phase + 2 pi ((freq_mhz + dnu_mhz) dtau(dt)
-    + dnu_mhz delay_us[..., 0])`` with ``dtau`` the Taylor series of the delay about the cell
-    centre. MHz times us is cycles.
+    ``S[a](u, v) = A[a](u, v) exp(i phi[a](u, v))`` (docs/kernels.md, "The quadrature
+    operator"): ``A`` interpolated from ``amp`` by the stencils, ``phi = phase + 2 pi
+    ((freq_mhz + dnu_mhz) dtau(dt) + dnu_mhz delay_us[..., 0])`` with ``dtau`` the Taylor
+    series of the delay about the cell centre. MHz times us is cycles.
 
     Args:
         indices: from :func:`make_indices` for ``n_ant`` antennas and ``n_bl`` baselines.

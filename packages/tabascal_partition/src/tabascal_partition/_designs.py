@@ -71,7 +71,7 @@ def single_device() -> Design:
 
 
 def hub_design() -> Design:
-    """Four devices, width 3n/5 (DESIGN.md section 4)."""
+    """Four devices, width 3n/5 (docs/partition.md, "Designs" and "Lower bound")."""
     fifth = Fraction(1, 5)
     return Design(
         "hub: ABC + AD, BD, CD", 4, ((0, 1), (0, 2), (0, 3), (1, 2, 3)), (fifth,) * 3 + (2 * fifth,)
