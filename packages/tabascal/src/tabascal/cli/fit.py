@@ -29,9 +29,8 @@ POLISH_NAMES = {"lbfgs": "L-BFGS", "newton": "Newton", "trust-region": "trust-re
 #: 10 Newton steps by line search (``fit.polish: newton``) in place of the default trust
 #: region, to finish in about a minute on two cores: the demo's two GNSS satellites leave the
 #: gradient phases near the optimum, where both polishes reach the same fit and the line
-#: search's full steps get there in a sixth of the trust region's steps (the RFI left in the
-#: cleaned data 0.113 and 0.112 of the noise, the gains 0.04 of their spread in both, after
-#: 800 + 400 then 10 Newton steps or 60 in the trust region, 2026-12-04; docs/science.md).
+#: search's full steps get there in a sixth of the trust region's steps (docs/science.md,
+#: "The defaults and why").
 DEMO_CONFIG = {
     "fit": {"steps": 400, "learning_rate": 0.1, "checkpoint_every": 0, "polish": "newton"}
 }

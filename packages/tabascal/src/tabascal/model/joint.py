@@ -55,10 +55,9 @@ WHOLE_OBSERVATION_INITS = ("truth", "fringe")
 FROM_DATA_INITS = ("data", "fringe", "auto")  # the priors' means start from the data
 PRECISIONS = {"single": np.float32, "double": np.float64}
 # Integrations over which the fringe start weighs each satellite's estimate against the data
-# (``rfi_estimate.source_weights``). RFI error at the start over the noise, on the demo, the
-# LEO pass, the rising pass and the eight-satellite shell (2026-12-02), unweighed: 1.9, 28.7,
-# 8.6, 425; weighed over 1 integration: 0.30, 4.2, 7.7, 65; over 5: 0.32, 4.3, 7.6, 24; over
-# 11: 0.43, 4.7, 7.2, 25; over 31: 1.0, 12.8, 7.0, 37.
+# (``rfi_estimate.source_weights``): 5 keeps the start's RFI error near its least on every
+# scenario, where one integration leaves the eight-satellite shell's nearly three times as
+# large and 31 the LEO pass's (docs/science.md, "The defaults and why").
 WEIGH_WINDOW = 5
 
 

@@ -18,10 +18,8 @@ over the unflagged baselines whose fringe for satellite r winds by less than hal
 cell (``geometry.rfi_fringe_winding``'s measure, per satellite). Satellites are taken in turn,
 brightest first (by the power of the data stopped for each one's fringe and averaged over the
 integrations), each from the data less the others' current estimates, for a few sweeps.
-Measured on the benchmark scenarios (rms error of |A_p A_q*| over the noise, per satellite,
-2026-12-02): the smearing factor took the LEO pass's LEO from 122 to 89 and the rising pass's
-from 30 to 8; the window took their GPS satellites from 84 and 24 to 1.4 and 0.33, and the
-demo's from 7.5 and 2.6 to 3.6 and 0.7. Where several LEOs are up at once (the
+On the benchmark scenarios the smearing factor and the window each cut the estimate's error
+several-fold (docs/science.md, "The defaults and why"). Where several LEOs are up at once (the
 eight-satellite shell) it stays poor (errors of a third to three times each LEO's own
 products): on the short baselines where one LEO's fringe is slow, so are the others', and
 taking satellites in turn does not separate them (more sweeps diverge). So the model's
@@ -29,7 +27,7 @@ visibilities of each satellite's estimate are then weighed against the data toge
 others' (``source_weights``, over a few integrations at a time): an estimate the data bear
 out keeps its amplitude, one that explains the data worse than leaving the satellite out is
 scaled down towards nothing. On the shell that takes the start's RFI error from 425 to 24
-times the noise (the data start's: 164; ``joint.WEIGH_WINDOW`` has the figures).
+times the noise (the data start's: 164; docs/science.md, "The defaults and why").
 
 A satellite much fainter than another in the same cells is not recovered: the bright one's
 estimate errs by about the faint one's share of the data (measured: a satellite at 1/10 of

@@ -87,13 +87,11 @@ class RfiVisConfig:
       memory (``planning.memory.device_memory_bytes``).
     """
 
-    # Measured (benchmarks/leo_step.py, Gauss samples, 2026-12-01): with the analytic group's
-    # phase moments kept across steps (phase_cache, the default), limits 4, 8, 16 and 32 took
-    # 0.079, 0.119, 0.119 and 0.147 s per step on the leo-8 scenario, all-analytic 0.079 s;
-    # the demo's groups (t1 to t3) stay on quadrature at 0.005 s, where all-analytic took
-    # 0.020 s. With the moments formed at every step (phase_cache never, or the source axis)
-    # a quadrature group costs less below ~30 samples: limits 16, 32 and 64 took 0.30, 0.28
-    # and 0.63 s, all-analytic 0.34 s; set 32 there.
+    # With an analytic group's phase moments kept across steps (phase_cache, the default), the
+    # analytic operator is cheaper than quadrature from a few time samples per integration,
+    # while the demo's groups (1 to 3 samples) stay cheapest on quadrature. With the moments
+    # formed at every step (phase_cache never, or the source axis) a quadrature group costs
+    # less below ~30 samples: set 32 there. Figures: docs/science.md, "The defaults and why".
     quadrature_limit: int = option_field(
         4,
         "groups needing at most this many time samples per integration use quadrature, "
@@ -106,17 +104,12 @@ class RfiVisConfig:
     )
     max_samples: int = option_field(256, "most fine samples per cell", min=1, max=4096)
     # Seven points follow a LEO's swings through the station beam's sidelobes, which three
-    # cannot (exact amplitudes fed in, benchmarks/rfi_floor.py: the LEO pass leaves 0.546 of
-    # the noise with three, 0.017 with seven, one-point frequency stencils, 2026-12-01); GNSS
-    # satellites are held as well by either.
+    # cannot; GNSS satellites are held as well by either (docs/science.md, "What the data grid
+    # can hold").
     time_stencil: int = option_field(7, "Lagrange points per time stencil", min=1, max=MAX_STENCIL)
-    # The signal's spectrum and the station beam vary across a channel. Fed the simulation's
-    # exact amplitudes (benchmarks/rfi_floor.py, 2026-12-02), one point per channel (a constant
-    # across it) left 0.095 of the noise on the demo, 0.094 on hard-gnss, 0.050 on
-    # long-baselines and 0.70 on leo-rising (a LEO low in the beam's far sidelobes); three
-    # points left 0.014, 0.004, 0.006 and 0.39 (the rest there is the rise within one
-    # integration), for 1.6x the step time (benchmarks/leo_step.py, another job running: the
-    # demo 0.005 -> 0.008 s, the eight-LEO speed scenario 0.195 -> 0.320 s).
+    # The signal's spectrum and the station beam vary across a channel, which one point (a
+    # constant across it) cannot hold; three points cut the floor several-fold for 1.6x the
+    # step time (docs/science.md, "What the data grid can hold" and "The defaults and why").
     freq_stencil: int = option_field(
         3, "Lagrange points per frequency stencil", min=1, max=MAX_STENCIL
     )
@@ -131,13 +124,11 @@ class RfiVisConfig:
     )
     # Navigation satellites' delays barely bend within an integration: one cubic term or none
     # holds their moments to the tolerance, on one piece where no piece is then curved
-    # (analytic_spec). At 32 satellites, 7 time points and 7 frequency samples, float32
-    # (benchmarks/analytic_options.py, 2026-12-06), three terms took 458 ns forward and 762 ns
-    # with the gradient per element on a 2-core CPU, one 279 and 557 ns; on a TPU v5e 17.6
-    # and 35.2 ns, one 13.9 and 28.2 ns, and one piece with one term 9.8 and 19.5 ns.
-    # Off by default: the series holds the visibilities within the tolerance, not to the
-    # rounding, so it changes every fit with an analytic group of several fine channels; the
-    # science scenarios have not been refitted with it (docs/benchmarks.md).
+    # (analytic_spec), at a fraction of three terms' cost (docs/kernels.md, "Memory and
+    # speed"). The series across a channel is off by default: it holds the visibilities
+    # within the tolerance, not to the rounding, so it changes every fit with an analytic
+    # group of several fine channels, and on a TPU it slows the value and gradient at three
+    # terms (docs/science.md, "The defaults and why").
     channel_terms: int = option_field(
         0,
         "analytic operator: most terms of its series across a channel under analytic_options "
@@ -179,12 +170,10 @@ class RfiVisConfig:
         "MiB",
         min=0.0,
     )
-    # The moments replace the most costly work of an analytic group's step: at 128 stations,
-    # 4 channels, on 4 virtual devices (benchmarks/step_time.py, 2026-12-05) the reuse axis
-    # took 24.9 s a step with them kept (2466 MiB per device, under this default's 2.9 GiB)
-    # and 58.4 s with them formed under the old 1 GiB budget. Half a device's memory leaves
-    # the other half to the step, whose working set where the moments are large is a fraction
-    # of theirs (that step's temporaries: 0.31 GiB per device, 0.95 on the source axis).
+    # The moments replace the most costly work of an analytic group's step, which then runs
+    # at less than half its time. Half a device's memory leaves the other half to the step,
+    # whose working set where the moments are large is a fraction of theirs (docs/science.md,
+    # "The defaults and why").
     phase_cache_fraction: float = option_field(
         0.5,
         "with phase_cache_mb null, the most kept phase moments per device as a fraction of "
