@@ -84,7 +84,7 @@ def main(argv=None) -> list[dict]:
     import jax
     import numpy as np
 
-    from tabascal.fitting import job, optimiser, results
+    from tabascal.fitting import job, optimiser, results, solvers
 
     jax.config.update("jax_enable_x64", False)
     route, placed, fit, config, source = _placed(options.scenario, options.steps, options.config)
@@ -136,11 +136,11 @@ def main(argv=None) -> list[dict]:
                "chi2": float(aux["chi2"]), "loss": float(loss),
                "seconds": time.perf_counter() - start - scoring, "stop": stop}  # fmt: skip
         newton = state.opt_state.polish if polish else None
-        if isinstance(newton, optimiser.NewtonState | optimiser.TrustRegionState):
+        if isinstance(newton, solvers.NewtonState | solvers.TrustRegionState):
             row.update(step_length=float(newton.step_size),
                        negative_curvature=bool(newton.negative_curvature),
                        cg_iterations=int(newton.cg_iterations))  # fmt: skip
-        if isinstance(newton, optimiser.TrustRegionState):
+        if isinstance(newton, solvers.TrustRegionState):
             row["radius"] = float(newton.radius)  # the next step's
         scored = time.perf_counter()
         row.update(scores(state.params))

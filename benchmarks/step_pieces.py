@@ -107,7 +107,7 @@ def measure_pieces(model, fit_config, pieces) -> dict:
 
     import jax
 
-    from tabascal.fitting import optimiser
+    from tabascal.fitting import optimiser, phases
     from tabascal.parallel import routes
     from tabascal.planning import memory, stages
 
@@ -136,7 +136,7 @@ def measure_pieces(model, fit_config, pieces) -> dict:
         "hvp": lambda: jax.jit(hvp).lower(params, params, inputs),
         "gauss_newton": lambda: jax.jit(gauss_newton).lower(params, params, inputs),
         "gradient_step": lambda: step.lower(state, inputs),
-        "polish_step": lambda: step.jitted.lower(optimiser.polish_form(state, optimizer), inputs),
+        "polish_step": lambda: step.jitted.lower(phases.polish_form(state, optimizer), inputs),
     }
     out = {}
     for name in pieces:

@@ -14,7 +14,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from tabascal.config import run_config
-from tabascal.fitting import optimiser
+from tabascal.fitting import optimiser, phases
 from tabascal.model import joint
 from tabascal.parallel import routes
 from tabascal.planning import stages
@@ -78,7 +78,7 @@ def test_optimiser_state_shardings_follow_the_eager_initialisation(models, axis)
     model, _ = models
     _, mesh, real, optimizer, state = _polish_state(model, axis)
     shape = jax.eval_shape(optimizer.init, real.params)
-    predicted = optimiser.state_shardings(real.params, shape, mesh, None)
+    predicted = phases.state_shardings(real.params, shape, mesh, None)
     for got, leaf in zip(
         jax.tree.leaves(predicted), jax.tree.leaves(state.opt_state), strict=True
     ):  # fmt: skip
@@ -103,7 +103,7 @@ def test_lbfgs_histories_divide_like_the_sky_through_the_steps(models, axis):
     """The polish's histories of the sky's modes are held per device as the modes are, as the
     polish begins and after its L-BFGS steps (the step's outputs keep its inputs' placement),
     so its 2 x polish_memory copies divide over the devices instead of being replicated; the
-    polish's form predicted from the shapes (``optimiser.polish_form``, what its program is
+    polish's form predicted from the shapes (``phases.polish_form``, what its program is
     compiled for ahead of it) places them alike. The gradient phase holds none."""
     model, _ = models
     route, _, real, optimizer, state = _polish_state(model, axis)
@@ -116,7 +116,7 @@ def test_lbfgs_histories_divide_like_the_sky_through_the_steps(models, axis):
         if taken < 2:  # the gradient phase holds no histories (the second step enters the polish)
             assert state.opt_state.polish is None
         else:
-            predicted = optimiser.polish_form(state, optimizer)
+            predicted = phases.polish_form(state, optimizer)
             for history, like, (shape, spec) in zip(
                 _sky_histories(state.opt_state),
                 _sky_histories(predicted.opt_state),

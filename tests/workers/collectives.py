@@ -43,10 +43,10 @@ except FileExistsError as err:
     sys.exit(2)
 print("writer", processes.is_writer(), flush=True)
 if len(sys.argv) > 4:
-    from tabascal.fitting import optimiser
+    from tabascal.fitting import checkpoint, phases
 
     replicated = jax.device_put(np.int32(7), NamedSharding(mesh, PartitionSpec()))
-    state = optimiser.FitState({"z": x}, (), replicated)
-    history = optimiser.FitHistory(np.arange(7.0), np.ones(7))
-    optimiser.save_checkpoint(sys.argv[4], state, history)
+    state = phases.FitState({"z": x}, (), replicated)
+    history = checkpoint.FitHistory(np.arange(7.0), np.ones(7))
+    checkpoint.save_checkpoint(sys.argv[4], state, history)
     print("checkpoint done", flush=True)

@@ -13,7 +13,7 @@ import jax
 import pytest
 
 from tabascal.config import ConfigError, run_config
-from tabascal.fitting import job, optimiser
+from tabascal.fitting import job, optimiser, phases
 from tabascal.model import joint
 from tabascal.parallel import backends
 from tabascal.store import read_observation
@@ -87,7 +87,7 @@ def test_every_matrix_product_of_the_fit_asks_for_full_precision(rising_store, m
     step = optimiser.make_step(lambda p, i: joint.loss(p, i, model.spec), optimizer, curvature)
     state = optimiser.init_state(model.params, optimizer)
     highest = (jax.lax.Precision.HIGHEST, jax.lax.Precision.HIGHEST)
-    for phase in (state, optimiser.polish_form(state, optimizer)):
+    for phase in (state, phases.polish_form(state, optimizer)):
         precisions = _dot_precisions(jax.make_jaxpr(step.jitted)(phase, inputs).jaxpr)
         assert len(precisions) > 10, "too few matrix products: the walk missed the programs"
         low = [p for p in precisions if p != highest]

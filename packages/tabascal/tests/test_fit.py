@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tabascal.fitting import optimiser
+from tabascal.fitting import checkpoint, optimiser, phases, solvers
 
 
 def _fit_config(**settings) -> optimiser.FitConfig:
@@ -88,7 +88,7 @@ def test_resume_from_checkpoint_equals_an_uninterrupted_run(tmp_path):
     )
     assert int(partial_state.step) == 10
     template = optimiser.init_state(_start()[0], optimizer)
-    loaded, history = optimiser.load_checkpoint(tmp_path, template)
+    loaded, history = checkpoint.load_checkpoint(tmp_path, template)
     assert int(loaded.step) == 10 and history.loss.shape == (10,)
     resumed, resumed_history = optimiser.run(
         step, loaded, inputs, config, history=history, progress=False
@@ -101,12 +101,12 @@ def test_checkpoint_of_another_shape_is_refused(tmp_path):
     optimizer = optimiser.make_optimizer(_fit_config())
     params, _ = _start()
     state = optimiser.init_state(params, optimizer)
-    optimiser.save_checkpoint(tmp_path, state, optimiser.FitHistory(np.zeros(0), np.zeros(0)))
+    checkpoint.save_checkpoint(tmp_path, state, checkpoint.FitHistory(np.zeros(0), np.zeros(0)))
     other = optimiser.init_state({"x": jnp.zeros(6), "y": jnp.ones(())}, optimizer)
     with pytest.raises(ValueError, match="shape"):
-        optimiser.load_checkpoint(tmp_path, other)
+        checkpoint.load_checkpoint(tmp_path, other)
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
-        optimiser.load_checkpoint(tmp_path / "missing", state)
+        checkpoint.load_checkpoint(tmp_path / "missing", state)
 
 
 def test_unknown_optimizer_is_refused_with_the_choices():
@@ -209,8 +209,8 @@ def test_resume_across_the_switch_to_lbfgs_equals_an_uninterrupted_run(tmp_path)
     # Written in the polish, the checkpoint holds the polish's state alone: read with the
     # gradient phases' template and no optimiser, it is refused, not misread.
     with pytest.raises(ValueError, match="different model configuration"):
-        optimiser.load_checkpoint(tmp_path, template)
-    loaded, history = optimiser.load_checkpoint(tmp_path, template, optimizer)
+        checkpoint.load_checkpoint(tmp_path, template)
+    loaded, history = checkpoint.load_checkpoint(tmp_path, template, optimizer)
     assert int(loaded.step) == 10 and int(loaded.opt_state.count) == 10
     assert loaded.opt_state.first is None and loaded.opt_state.polish is not None
     resumed, resumed_history = optimiser.run(
@@ -324,7 +324,7 @@ def test_newton_polish_keeps_the_conjugate_gradient_step_taken_before_negative_c
 def _trust_update(x, radius):
     """One ``newton_trust_region`` update of ``_saddle`` at ``x`` with trust radius
     ``radius``: the step and the new state."""
-    polish = optimiser.newton_trust_region(8)
+    polish = solvers.newton_trust_region(8)
     state = polish.init(x)._replace(radius=jnp.asarray(radius, jnp.float32))
     value_fn = lambda p: _saddle(p, None)[0]  # noqa: E731
     grad = jnp.array([x[0], -x[1]])
@@ -477,14 +477,14 @@ def test_a_checkpoint_holding_both_phases_states_is_refused_with_what_to_do(tmp_
     config = _fit_config(optimizer="adabelief", steps=2, polish="trust-region", polish_steps=1)
     optimizer = optimiser.make_optimizer(config)
     state = optimiser.init_state(_start()[0], optimizer)
-    polish = optimiser.polish_form(state, optimizer).opt_state.polish
+    polish = phases.polish_form(state, optimizer).opt_state.polish
     both = state._replace(
         opt_state=state.opt_state._replace(polish=jax.tree.map(jnp.zeros_like, polish))
     )
-    empty = optimiser.FitHistory(np.zeros(0), np.zeros(0))
-    optimiser.save_checkpoint(tmp_path, both, empty)
+    empty = checkpoint.FitHistory(np.zeros(0), np.zeros(0))
+    checkpoint.save_checkpoint(tmp_path, both, empty)
     with pytest.raises(ValueError, match=r"both phases' optimiser states.*without --resume"):
-        optimiser.load_checkpoint(tmp_path, state, optimizer)
+        checkpoint.load_checkpoint(tmp_path, state, optimizer)
 
 
 def _sky_state(n_groups: int, optimizer):
@@ -502,8 +502,8 @@ def test_a_checkpoint_from_before_the_sky_groups_resumes_with_one_group(tmp_path
     optimizer = optimiser.make_optimizer(_fit_config(optimizer="adabelief"))
     state = _sky_state(1, optimizer)
     state = state._replace(step=jnp.asarray(7, state.step.dtype))
-    empty = optimiser.FitHistory(np.zeros(0), np.zeros(0))
-    path = optimiser.save_checkpoint(tmp_path, state, empty)
+    empty = checkpoint.FitHistory(np.zeros(0), np.zeros(0))
+    path = checkpoint.save_checkpoint(tmp_path, state, empty)
     with np.load(path) as saved:
         arrays = dict(saved)
     names = [str(name) for name in arrays["leaf_names"]]
@@ -511,12 +511,12 @@ def test_a_checkpoint_from_before_the_sky_groups_resumes_with_one_group(tmp_path
     assert sum(name != new for name, new in zip(old, names, strict=True)) == 3  # params, mu, nu
     np.savez(path, **{**arrays, "leaf_names": np.array(old)})
 
-    loaded, _ = optimiser.load_checkpoint(tmp_path, _sky_state(1, optimizer))
+    loaded, _ = checkpoint.load_checkpoint(tmp_path, _sky_state(1, optimizer))
     assert int(loaded.step) == 7
     for got, want in zip(jax.tree.leaves(loaded), jax.tree.leaves(state), strict=True):
         np.testing.assert_array_equal(got, want)
     with pytest.raises(ValueError, match=r"one array for every baseline.*sky.groups set to 1"):
-        optimiser.load_checkpoint(tmp_path, _sky_state(2, optimizer))
+        checkpoint.load_checkpoint(tmp_path, _sky_state(2, optimizer))
 
 
 def _rosenbrock(x, _):

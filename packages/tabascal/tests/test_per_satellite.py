@@ -9,7 +9,7 @@ import pytest
 import zarr
 
 from tabascal.config import run_config
-from tabascal.fitting import job, optimiser, plots, satellites
+from tabascal.fitting import checkpoint, job, optimiser, plots, satellites
 from tabascal.model import joint, likelihood, rfi_signal, rfi_vis
 from tabascal.observation import geometry
 from tabascal.store import read_observation
@@ -50,7 +50,7 @@ def _fitted_params(obs, out, config):
     template = optimiser.init_state(
         model.params, optimiser.make_optimizer(run_config.fit_config(config))
     )
-    state, _ = optimiser.load_checkpoint(out / "checkpoints", template)
+    state, _ = checkpoint.load_checkpoint(out / "checkpoints", template)
     return model, state.params
 
 

@@ -26,7 +26,7 @@ import jax
 import numpy as np
 
 from tabascal.config import ConfigError, dump_yaml, run_config
-from tabascal.fitting import data_noise, optimiser, plots, results, satellites
+from tabascal.fitting import checkpoint, data_noise, optimiser, phases, plots, results, satellites
 from tabascal.fitting.output_folder import (  # noqa: F401 (the errors and lock, re-exported)
     CHECKPOINTS,
     RESULTS,
@@ -49,7 +49,7 @@ from tabascal.store.writer import NO_SPACE, why_unwritable
 logger = logging.getLogger(__name__)
 
 
-def _plot(out_dir: Path, history: optimiser.FitHistory, rows, model, data, meta) -> None:
+def _plot(out_dir: Path, history: checkpoint.FitHistory, rows, model, data, meta) -> None:
     """Loss curve, and model against data on the baselines ``rows`` (first channel)."""
     with replacing(out_dir / "loss.png") as partial_path:
         plots.plot_loss(history.loss, history.chi2, partial_path)
@@ -201,8 +201,8 @@ class _Fitted(NamedTuple):
     per-device peak measured as the optimisation ends, the seconds it ran and the initial
     reduced chi-squared."""
 
-    state: optimiser.FitState
-    history: optimiser.FitHistory
+    state: phases.FitState
+    history: checkpoint.FitHistory
     phase_memory: dict
     phase_collectives: dict
     limiting: str
@@ -332,10 +332,10 @@ def _optimise(route: routes.Route, placed, config: dict, out_dir: Path, resume, 
     history = None
     if resume:
         template = state
-        state, history = optimiser.load_checkpoint(out_dir / CHECKPOINTS, state, optimizer)
-        if optimiser.in_polish(state):
+        state, history = checkpoint.load_checkpoint(out_dir / CHECKPOINTS, state, optimizer)
+        if phases.in_polish(state):
             # A checkpoint written in the polish holds no gradient-phase state to place.
-            template = optimiser.polish_form(template, optimizer)
+            template = phases.polish_form(template, optimizer)
         if route.name != "none":
             state = _place_like(state, template)
         logger.info("resuming at step %d", int(state.step))
@@ -345,9 +345,11 @@ def _optimise(route: routes.Route, placed, config: dict, out_dir: Path, resume, 
     step, programs = optimiser.compile_step(
         optimiser.make_step(loss_fn, optimizer, curvature_fn), state, inputs
     )
-    phases = {name: memory.stage_memory(program) for name, program in programs.items()}
+    phase_memory = {name: memory.stage_memory(program) for name, program in programs.items()}
     # Before the first step: the polish's program would otherwise fail only as it begins.
-    memory.check_programs_fit(phases, routes.agreed_device_memory(routes.devices(placed.spec)))
+    memory.check_programs_fit(
+        phase_memory, routes.agreed_device_memory(routes.devices(placed.spec))
+    )
     start = time.perf_counter()
     state, history = optimiser.run(
         step,
@@ -361,7 +363,7 @@ def _optimise(route: routes.Route, placed, config: dict, out_dir: Path, resume, 
     )
     seconds = time.perf_counter() - start
     # The peak as the optimisation ends, before the prediction and the outputs add their own.
-    peak = _peak_bytes(list(phases.values()), routes.devices(placed.spec))
+    peak = _peak_bytes(list(phase_memory.values()), routes.devices(placed.spec))
     # Each step reports the loss at the parameters it starts from, so the first step's figure
     # (kept in the history, across resumes) is the initial chi-squared; only a fit of zero
     # steps needs its own evaluation.
@@ -371,8 +373,8 @@ def _optimise(route: routes.Route, placed, config: dict, out_dir: Path, resume, 
         chi2_init = float(jax.jit(loss_fn)(placed.params, inputs)[1]["chi2"])
     collectives = {name: memory.count_collectives(program) for name, program in programs.items()}
     # The step reported is the one that needs the most.
-    limiting = max(phases, key=lambda name: phases[name].need)
-    return _Fitted(state, history, phases, collectives, limiting, peak, seconds, chi2_init)
+    limiting = max(phase_memory, key=lambda name: phase_memory[name].need)
+    return _Fitted(state, history, phase_memory, collectives, limiting, peak, seconds, chi2_init)
 
 
 class _Outputs(NamedTuple):

@@ -1,4 +1,6 @@
-"""Gradient-descent fit of whitened parameters with optax, with checkpoints and resume.
+"""The fit's optimiser: its settings (``FitConfig``), the optimiser they make
+(``make_optimizer``), its jitted step (``make_step``) and the loop that takes the steps and
+writes checkpoints (``run``).
 
 The fit is a pure function of a loss ``loss_fn(params, inputs) -> (loss, aux)`` where ``aux``
 is a dict of scalars (at least ``"chi2"``, the reduced chi-squared). ``inputs`` is passed to the
@@ -10,40 +12,50 @@ tenth of it, then ``polish_steps`` of the polish. The gradient phases find the b
 optimum their fixed step size makes them circle it, while the polish, built from the loss's
 curvature, walks down its long shallow valleys (the trade between a gain and the RFI amplitude
 it multiplies, say) that a first-order step crosses and recrosses. The default polish is
-Newton's method in a trust region (``fit.polish: trust-region``, ``newton_trust_region``):
-each step solves H d = -g by up to ``polish_cg_steps`` conjugate-gradient iterations on
-Hessian-vector products of the loss within a trust radius, following a direction of negative
-curvature to the radius. ``fit.polish: newton`` (``newton_cg``) takes the same solves without
-a radius, stopping at negative curvature, then backtracks along d. Neither holds histories;
-both end once their steps no longer lower the loss (``polish_tolerance``). The third is
-L-BFGS (``fit.polish: lbfgs``, ``optax.lbfgs``: a quasi-Newton direction from the last
-``polish_memory`` steps and a zoom line search on the loss).
-The schedule and the phase live in the optimiser state, so a run resumed from a checkpoint
-continues exactly where an uninterrupted run would be. The gradient phases and the polish are
-two compiled programs (``make_step``'s ``PhasedStep``), each carrying only its own optimiser
-state: the gradient phases no L-BFGS histories, the polish no AdaBelief moments.
+Newton's method in a trust region (``fit.polish: trust-region``,
+``solvers.newton_trust_region``): each step solves H d = -g by up to ``polish_cg_steps``
+conjugate-gradient iterations on Hessian-vector products of the loss within a trust radius,
+following a direction of negative curvature to the radius. ``fit.polish: newton``
+(``solvers.newton_cg``) takes the same solves without a radius, stopping at negative
+curvature, then backtracks along d. Neither holds histories; both end once their steps no
+longer lower the loss (``polish_tolerance``). The third is L-BFGS (``fit.polish: lbfgs``,
+``optax.lbfgs``: a quasi-Newton direction from the last ``polish_memory`` steps and a zoom line
+search on the loss).
+
+The schedule and the phase live in the optimiser state (``phases``), so a run resumed from a
+checkpoint (``checkpoint``) continues exactly where an uninterrupted run would be. The gradient
+phases and the polish are two compiled programs (``make_step``'s ``PhasedStep``), each carrying
+only its own optimiser state: the gradient phases no L-BFGS histories, the polish no AdaBelief
+moments.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from tabascal.config import option_field
+from tabascal.fitting.checkpoint import FitHistory, save_checkpoint
+from tabascal.fitting.phases import (
+    FitState,
+    Phased,
+    PhasedState,
+    enter_polish,
+    in_polish,
+    phased,
+    polish_form,
+    then_lbfgs,
+)
+from tabascal.fitting.solvers import newton_cg, newton_trust_region
 from tabascal.parallel import processes
-from tabascal.store.writer import kill_point
 
 logger = logging.getLogger(__name__)
 
@@ -51,22 +63,19 @@ OPTIMIZERS = ("adabelief", "adam", "sgd")
 POLISHES = ("lbfgs", "newton", "trust-region")
 #: What the Newton polishes' conjugate gradients multiply by (``FitConfig.polish_curvature``).
 CURVATURES = ("hessian", "gauss-newton")
-CHECKPOINT_NAME = "checkpoint.npz"
 
 
-#: The most Newton steps a fit takes when ``fit.polish_steps`` is not set: on the demo, 10
-#: steps of 400 conjugate-gradient iterations after 400 + 200 gradient steps left the gains
-#: 0.02 of their spread and after 800 + 400 0.04, while 5 after 400 + 200 stopped short
-#: (chi-squared 1.026, the RFI left 0.30 of the noise), three of them spent where the Hessian
-#: is not yet positive (2026-12-04).
+#: The most Newton steps a fit takes when ``fit.polish_steps`` is not set: ten arrive on the
+#: demo where five stop short, the first few of them spent where the Hessian is not yet
+#: positive (docs/science.md, longer conjugate-gradient solves).
 NEWTON_STEPS_MAX = 10
 
 #: The most trust-region steps a fit takes when ``fit.polish_steps`` is not set (a quarter of
 #: the first phase's, rounded up, below it): a ceiling, since the polish ends once its steps no
-#: longer lower the loss (``polish_tolerance``). On the eight-satellite shell at half length,
-#: whose gradient phases end far from the optimum, each step is held to a radius of about
-#: half a posterior standard deviation and the RFI left in the cleaned data first fell below
-#: 0.2 of the noise at the 43rd (2026-12-04).
+#: longer lower the loss (``polish_tolerance``). It leaves room for a fit whose gradient phases
+#: end far from the optimum, where each step is held to a radius of about half a posterior
+#: standard deviation and the RFI left in the cleaned data takes some tens of steps to fall
+#: below the goal (docs/science.md, the trust-region polish).
 TRUST_REGION_STEPS_MAX = 100
 
 
@@ -105,21 +114,19 @@ class FitConfig:
 
     optimizer: str = option_field("adabelief", "optax optimiser", choices=OPTIMIZERS)
     learning_rate: float = option_field(0.1, "step size of the first phase", min=0.0)
-    # The schedule of the benchmark's best fits (docs/science.md): 800 + 400 gradient steps
-    # find the basin, the polish walks down it (the demo's RFI left in the cleaned data: 0.31
-    # of the noise after the gradient phases, 0.22, 0.18 and 0.17 after 500, 1000 and 2000
-    # L-BFGS steps, 2026-12-02; 0.113 after 10 Newton steps of 400 iterations, 2026-12-04).
+    # The schedule of the benchmark's best fits: 800 + 400 gradient steps find the basin, the
+    # polish walks down it, the RFI left in the cleaned data falling with each of its steps
+    # (docs/science.md, the defaults and the polish's sections).
     steps: int = option_field(800, "steps in the first phase", min=0)
     second_phase_steps: int | None = option_field(
         None, "further steps at a tenth of the step size; null = half of steps", min=0
     )
-    # Newton's method in a trust region is the default: on the eight-satellite shell, whose
-    # gradient phases end where the Hessian is indefinite, 60 of its steps left 0.13 of the
-    # noise of RFI in the cleaned data where the line-search Newton polish left 0.97 and
-    # L-BFGS 0.30, and on the six other scenarios it reached the line-search polish's figures
-    # to the second digit or better, in up to three times the time (docs/science.md,
-    # 2026-12-04). Newton's methods hold no histories: their step at bench-512 took 46.9 GB on
-    # one device against L-BFGS's 133.7 GB (docs/benchmarks.md).
+    # Newton's method in a trust region is the default: where the gradient phases end with the
+    # Hessian indefinite (the eight-satellite shell) it cleans the RFI that the line-search
+    # Newton polish and L-BFGS leave, and elsewhere it reaches the line-search polish's fit in
+    # up to three times the time (docs/science.md, the trust-region polish). Newton's methods
+    # hold no histories, so their step needs far less memory than L-BFGS's (docs/benchmarks.md,
+    # the Newton polish).
     polish: str = option_field(
         "trust-region",
         "optimiser after the gradient phases: lbfgs; newton (Newton steps by conjugate "
@@ -159,11 +166,9 @@ class FitConfig:
         min=0.0,
     )
     # 400, not 200: the loss's softest directions (the trade between the gains and the RFI)
-    # need the longer solves. On the demo at full length, 10 Newton steps of 400 iterations
-    # left the gains 0.04 of their spread against 0.11 after 20 of 200, in fewer products
-    # (the solves that meet negative curvature stop early); on the hard calibration case, the
-    # long baselines and the RFI near the noise ended at the same fit, the LEO passes within
-    # 0.02 of their spread (docs/science.md, 2026-12-04).
+    # need the longer solves. Fewer, longer solves settle the gains further in fewer products,
+    # since a solve that meets negative curvature stops early, and leave the other scenarios'
+    # fits as they were (docs/science.md, longer conjugate-gradient solves).
     polish_cg_steps: int = option_field(
         400, "conjugate-gradient iterations per Newton step (polish: newton or trust-region)", min=1
     )
@@ -210,21 +215,6 @@ class FitConfig:
         return self.polish_start + self.polish_steps
 
 
-class FitState(NamedTuple):
-    """Everything that changes from one step to the next."""
-
-    params: Any
-    opt_state: Any
-    step: jax.Array  # int32 scalar: steps taken so far
-
-
-class FitHistory(NamedTuple):
-    """Per-step loss and reduced chi-squared, shape (steps taken,), float64 on the host."""
-
-    loss: np.ndarray
-    chi2: np.ndarray
-
-
 def make_optimizer(config: FitConfig) -> optax.GradientTransformation:
     """The optimiser of ``config``: its two-phase step-size schedule, then L-BFGS for
     ``polish_steps`` (``then_lbfgs``)."""
@@ -248,458 +238,6 @@ def make_optimizer(config: FitConfig) -> optax.GradientTransformation:
     if config.polish == "trust-region":
         return phased(first, switch, newton_trust_region(config.polish_cg_steps, gauss_newton))
     return then_lbfgs(first, switch, config.polish_memory)
-
-
-class PhasedState(NamedTuple):
-    """State of ``phased``: steps taken, and the state of the phase in progress: ``first``'s
-    until the polish begins (``polish`` None), the polish's after it (``first`` None).
-
-    Each phase is its own compiled program (``make_step``) holding only its own state: the
-    gradient phases carry no L-BFGS histories (twenty copies of the parameters by default)
-    and the polish no AdaBelief moments (two copies), which at bench-512's 64 channels are
-    38 GB of the sky's modes (docs/benchmarks.md).
-    """
-
-    count: jax.Array  # int32 scalar
-    first: Any
-    polish: Any
-
-
-class Phased(NamedTuple):
-    """``phased``'s transformation: optax's ``init`` and ``update``; ``polish_init``, the
-    polish's state for given parameters, made where the polish begins (``enter_polish``);
-    and ``switch``, the number of ``first``'s updates before it."""
-
-    init: Callable
-    update: Callable
-    polish_init: Callable
-    switch: int
-
-
-def then_lbfgs(first: optax.GradientTransformation, switch: int, memory: int) -> Phased:
-    """``first`` for ``switch`` updates, then ``optax.lbfgs(memory_size=memory)``."""
-    return phased(first, switch, optax.lbfgs(memory_size=memory))
-
-
-def phased(
-    first: optax.GradientTransformation,
-    switch: int,
-    polish: optax.GradientTransformationExtraArgs,
-) -> Phased:
-    """``first`` for ``switch`` updates, then ``polish``.
-
-    The update takes optax's extra arguments ``value``, ``grad`` and ``value_fn`` (the loss at
-    ``params``, its gradient, and the loss as a function of the parameters), which the
-    polish's line search (and Newton's Hessian) needs, and ``curvature_fn`` (v -> the
-    Gauss-Newton product at ``params``, or None), which it passes on; ``make_step`` passes
-    them. The state
-    holds one phase's state at a time (``PhasedState``), and which one fixes, when the step
-    is traced, which phase's update runs: ``enter_polish`` replaces the first's with the
-    polish's once ``switch`` updates have been taken (``make_step``'s step does so itself).
-    """
-
-    def init(params):
-        return PhasedState(jnp.zeros((), jnp.int32), first.init(params), None)
-
-    def polish_init(params):
-        inner = map_history(polish.init(params), params, _place_stack)
-        # optax's L-BFGS state holds one array in several leaves; the step donates its state,
-        # which needs every leaf its own buffer.
-        return jax.tree_util.tree_map(jnp.copy, inner)
-
-    def update(updates, state, params=None, *, value=None, grad=None, value_fn=None, **extra):
-        if state.polish is None:
-            out, inner = first.update(updates, state.first, params)
-            return out, PhasedState(state.count + 1, inner, None)
-        out, inner = polish.update(
-            updates, state.polish, params, value=value, grad=grad, value_fn=value_fn, **extra
-        )
-        # The state keeps its types from one step to the next: some optax versions' update
-        # returns a counter of another integer width than their init made (int32 against
-        # int64).
-        inner = jax.tree_util.tree_map(lambda new, old: new.astype(old.dtype), inner, state.polish)
-        return out, PhasedState(state.count + 1, None, inner)
-
-    return Phased(init, update, polish_init, switch)
-
-
-def in_polish(state: FitState) -> bool:
-    """Whether ``state``'s optimiser state is in the polish's form (``PhasedState``)."""
-    return isinstance(state.opt_state, PhasedState) and state.opt_state.first is None
-
-
-def enter_polish(state: FitState, optimizer) -> FitState:
-    """``state`` with the polish's optimiser state in place of the gradient phases' once
-    ``optimizer`` (``phased``) has taken its ``switch`` updates; otherwise ``state`` itself.
-
-    The gradient phases' state (AdaBelief's moments) is deleted from the devices here, as a
-    donated argument would be, so that the polish's first step does not run beside it.
-    """
-    opt = state.opt_state
-    if not isinstance(optimizer, Phased) or not isinstance(opt, PhasedState) or in_polish(state):
-        return state
-    if int(opt.count) < optimizer.switch:
-        return state
-    polish = optimizer.polish_init(state.params)
-    for leaf in jax.tree.leaves(opt.first):
-        if isinstance(leaf, jax.Array) and not leaf.is_deleted():
-            leaf.delete()
-    return state._replace(opt_state=PhasedState(opt.count, None, polish))
-
-
-def polish_form(state: FitState, optimizer: Phased) -> FitState:
-    """The shapes, dtypes and shardings of ``state`` (real or abstract) in the polish's form:
-    what ``enter_polish`` will make, for compiling the polish's program (or reading its
-    checkpoint) ahead of it, placed as ``state_shardings`` says."""
-    abstract = lambda x: jax.ShapeDtypeStruct(  # noqa: E731
-        jnp.shape(x), jnp.result_type(x), sharding=getattr(x, "sharding", None)
-    )
-    params = jax.tree.map(abstract, state.params)
-    leaves = jax.tree.leaves(params)
-    meshes = [x.sharding.mesh for x in leaves if isinstance(x.sharding, NamedSharding)]
-    mesh = meshes[0] if meshes else None
-    # Without a mesh, scalars live where the step count (or else the parameters) does.
-    device = getattr(state.step, "sharding", None) or next((x.sharding for x in leaves), None)
-    shapes = jax.eval_shape(optimizer.polish_init, state.params)
-    shardings = state_shardings(params, shapes, mesh, device)
-    polish = jax.tree.map(
-        lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
-        shapes,
-        shardings,
-    )
-    scalar = device if mesh is None else NamedSharding(mesh, P())
-    count = jax.ShapeDtypeStruct((), jnp.result_type(state.opt_state.count), sharding=scalar)
-    step = jax.ShapeDtypeStruct((), jnp.result_type(state.step), sharding=scalar)
-    return FitState(params, PhasedState(count, None, polish), step)
-
-
-class NewtonState(NamedTuple):
-    """State of ``newton_cg``: the last step's length along its direction (1: the full
-    Newton step; 0: none was taken), whether its conjugate gradients met negative
-    curvature, and how many conjugate-gradient iterations it ran."""
-
-    step_size: jax.Array  # float32 scalar
-    negative_curvature: jax.Array  # bool scalar
-    cg_iterations: jax.Array  # int32 scalar
-
-
-#: Halvings of the Newton step the line search tries before taking no step.
-_BACKTRACKS = 12
-#: The line search's sufficient decrease (Armijo): the loss must fall by this fraction of
-#: what the gradient predicts.
-_ARMIJO = 1e-4
-
-
-def _vdot(a, b) -> jax.Array:
-    """sum(a * b) over every leaf (real trees of the same structure; elementwise, so that
-    each leaf keeps its sharding)."""
-    pairs = zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
-    return sum(jnp.sum(x * y) for x, y in pairs)
-
-
-def _axpy(alpha, x, y):
-    """alpha x + y, leaf by leaf."""
-    return jax.tree.map(lambda u, v: (alpha * u + v).astype(v.dtype), x, y)
-
-
-def _curvature_product(gauss_newton: bool, value_fn, params, curvature_fn):
-    """v -> the curvature's product with v at ``params``: the Hessian's (forward over reverse
-    on ``value_fn``), or with ``gauss_newton`` ``curvature_fn``'s."""
-    if gauss_newton:
-        if curvature_fn is None:
-            raise ValueError(
-                "polish_curvature 'gauss-newton' needs the model's Gauss-Newton product: pass "
-                "make_step(..., curvature_fn=...) (joint.gauss_newton, or the route's)"
-            )
-        return curvature_fn
-    gradient_of = jax.grad(value_fn)
-    return lambda v: jax.jvp(gradient_of, (params,), (v,))[1]
-
-
-def newton_cg(cg_steps: int, gauss_newton: bool = False) -> optax.GradientTransformationExtraArgs:
-    """Newton's method by truncated conjugate gradients (Nocedal & Wright 2006, algorithm 7.1).
-
-    Each update solves H d = -g for the loss's Hessian H at ``params`` (Hessian-vector
-    products: forward over reverse differentiation of ``value_fn``) by ``cg_steps``
-    conjugate-gradient iterations from d = 0, stopping where the Hessian shows negative
-    curvature along a search direction (the direction so far is kept; at the first iteration,
-    the steepest descent -g), and spends no Hessian-vector product after that stop. Then it
-    halves the step along d, up to ``_BACKTRACKS`` times, until the loss falls by at least
-    ``_ARMIJO`` of the decrease the gradient predicts, and takes no step if none does. The
-    update needs ``value`` (the loss at ``params``), ``grad`` and ``value_fn``, as
-    ``make_step`` passes them; it holds no history of past steps, and its working vectors
-    (four parameter-shaped) live only within the step. With ``gauss_newton`` the products are
-    ``curvature_fn``'s (the Gauss-Newton part of the Hessian), which ``make_step`` passes too.
-    """
-
-    def init(params):
-        del params
-        return NewtonState(jnp.ones((), jnp.float32), jnp.zeros((), bool), jnp.zeros((), jnp.int32))
-
-    def update(
-        updates, state, params=None, *, value=None, grad=None, value_fn=None, curvature_fn=None,
-        **extra,
-    ):  # fmt: skip
-        del updates, state, extra
-        gradient_of = jax.grad(value_fn)
-        hvp = _curvature_product(gauss_newton, value_fn, params, curvature_fn)
-
-        def going(carry):
-            k, *_, stop = carry
-            return (k < cg_steps) & ~stop
-
-        def iteration(carry):
-            k, d, r, p, rs, _ = carry
-            hp = hvp(p)
-            curvature = _vdot(p, hp)
-            bend = curvature <= 0
-            # At a bend d, r and p stay as they are: a step of 0 along p, and p kept whole
-            # (arithmetic, not a select between old and new vectors, so that each can be
-            # updated in place).
-            alpha = jnp.where(bend, 0.0, rs / jnp.where(bend, 1.0, curvature))
-            d_next = _axpy(alpha, p, d)
-            r_next = _axpy(-alpha, hp, r)
-            rs_next = _vdot(r_next, r_next)
-            beta = jnp.where(bend, 1.0, rs_next / jnp.where(rs > 0, rs, 1.0))
-            keep = jnp.where(bend, 0.0, 1.0)
-            p_next = _axpy(beta, p, jax.tree.map(lambda x: (keep * x).astype(x.dtype), r_next))
-            return (k + 1, d_next, r_next, p_next, jnp.where(bend, rs, rs_next), bend)
-
-        minus_g = jax.tree.map(jnp.negative, grad)
-        zeros = jax.tree.map(jnp.zeros_like, grad)
-        rs0 = _vdot(minus_g, minus_g)
-        start = (jnp.zeros((), jnp.int32), zeros, minus_g, minus_g, rs0, rs0 <= 0)
-        iterations, d, _, _, _, bent = jax.lax.while_loop(going, iteration, start)
-        # The gradient again, not ``grad`` kept through the loop: one parameter-shaped array
-        # less beside its vectors, for one gradient against the solve's up to cg_steps
-        # Hessian-vector products. Negative curvature at the first iteration leaves d = 0:
-        # go down the gradient.
-        g = gradient_of(params)
-        found = _vdot(d, d) > 0
-        d = jax.tree.map(lambda a, b: jnp.where(found, a, -b), d, g)
-        size = _backtrack(value_fn, params, value, _vdot(g, d), d)
-        step = jax.tree.map(lambda x: (size * x).astype(x.dtype), d)
-        return step, NewtonState(size.astype(jnp.float32), bent, iterations)
-
-    return optax.GradientTransformationExtraArgs(init, update)
-
-
-def _backtrack(value_fn, params, value, slope, d, first_loss=None):
-    """The step size along ``d`` from ``params`` (loss ``value``, slope ``slope`` = g.d): 1,
-    halved up to ``_BACKTRACKS`` times until the loss falls by ``_ARMIJO`` of what the slope
-    predicts, or 0 where even the last does not lower the loss. ``first_loss``: the loss at
-    the full step, where already known."""
-
-    def trial(size):
-        return value_fn(_axpy(size, d, params))
-
-    def worse(carry):
-        size, k, loss = carry
-        return (~(loss <= value + _ARMIJO * size * slope)) & (k < _BACKTRACKS)
-
-    def halve(carry):
-        size, k, _ = carry
-        return size / 2, k + 1, trial(size / 2)
-
-    full = jnp.ones((), slope.dtype)
-    loss = trial(full) if first_loss is None else first_loss
-    size, _, loss = jax.lax.while_loop(worse, halve, (full, jnp.zeros((), int), loss))
-    # After the last halving, a step that does not lower the loss at all is not taken.
-    return jnp.where(loss <= value, size, 0.0)
-
-
-class TrustRegionState(NamedTuple):
-    """State of ``newton_trust_region``: ``NewtonState``'s figures of the last step, and the
-    trust radius the next step's solve stays within (inf: none yet)."""
-
-    step_size: jax.Array  # float32 scalar
-    negative_curvature: jax.Array  # bool scalar
-    cg_iterations: jax.Array  # int32 scalar
-    radius: jax.Array  # float32 scalar
-
-
-#: The trust radius shrinks to a quarter of the step where the loss fell by less than this
-#: fraction of the quadratic model's prediction, and doubles where it fell by more than
-#: ``_RATIO_GOOD`` of it on a step to the boundary (Nocedal & Wright 2006, algorithm 4.1).
-_RATIO_POOR, _RATIO_GOOD = 0.25, 0.75
-
-
-def _to_boundary(pp, dp, dd, radius):
-    """tau >= 0 with ||d + tau p|| = radius (||d|| <= radius), from pp = p.p, dp = d.p and
-    dd = d.d: the positive root of pp tau^2 + 2 dp tau + dd - radius^2."""
-    disc = jnp.maximum(dp * dp + pp * (radius * radius - dd), 0.0)
-    return (jnp.sqrt(disc) - dp) / jnp.where(pp > 0, pp, 1.0)
-
-
-def newton_trust_region(
-    cg_steps: int, gauss_newton: bool = False
-) -> optax.GradientTransformationExtraArgs:
-    """Newton's method in a trust region, the steps by Steihaug's truncated conjugate
-    gradients (Nocedal & Wright 2006, algorithms 7.2 and 4.1).
-
-    As ``newton_cg``, each update solves H d = -g by up to ``cg_steps`` conjugate-gradient
-    iterations on Hessian-vector products, but within a trust radius: where an iterate would
-    leave it, or a search direction shows negative curvature, the solve goes along that
-    direction to the radius and stops, instead of keeping the iterate before it (far from the
-    optimum, where the Hessian is indefinite, that direction is where the loss falls fastest).
-    The loss at the step is compared with the decrease the quadratic model predicted: where
-    it fell by less than a quarter of it the radius shrinks to a quarter of the step, where
-    by more than three quarters on a step to the radius the radius doubles. A step that
-    lowers the loss by less than ``_ARMIJO`` of the prediction is halved as ``newton_cg``'s
-    (no Hessian-vector product is spent again) and the radius set to what was taken. The
-    first step has no radius, and is ``newton_cg``'s; its length sets the first radius. With
-    ``gauss_newton`` the products are ``curvature_fn``'s, as ``newton_cg``'s.
-    """
-
-    def init(params):
-        del params
-        return TrustRegionState(
-            jnp.ones((), jnp.float32), jnp.zeros((), bool), jnp.zeros((), jnp.int32),
-            jnp.full((), jnp.inf, jnp.float32),
-        )  # fmt: skip
-
-    def update(
-        updates, state, params=None, *, value=None, grad=None, value_fn=None, curvature_fn=None,
-        **extra,
-    ):  # fmt: skip
-        del updates, extra
-        gradient_of = jax.grad(value_fn)
-        real = jax.tree.leaves(grad)[0].dtype
-        radius = state.radius.astype(real)
-        bounded = jnp.isfinite(radius)
-        hvp = _curvature_product(gauss_newton, value_fn, params, curvature_fn)
-
-        def going(carry):
-            k, *_, stop, _ = carry
-            return (k < cg_steps) & ~stop
-
-        def iteration(carry):
-            # d: the step so far, r = -(g + H d), p: the search direction, model = g.d +
-            # d.H.d / 2, the quadratic model's change at d.
-            k, d, r, p, rs, model, _, _ = carry
-            hp = hvp(p)
-            curvature = _vdot(p, hp)
-            bend = curvature <= 0
-            rp = _vdot(r, p)
-            alpha = rs / jnp.where(bend, 1.0, curvature)
-            # ||d + alpha p||^2 from the boundary's three dot products (XLA fused the norm of
-            # d + alpha p into one pass without forming it; this saves that pass).
-            pp, dp, dd = _vdot(p, p), _vdot(d, p), _vdot(d, d)
-            out = bounded & (dd + alpha * (2 * dp + alpha * pp) >= radius * radius)
-            # To the radius along p; without one, a bend keeps d (or, at d = 0, takes p = -g).
-            tau = jnp.where(bounded, _to_boundary(pp, dp, dd, radius), jnp.where(k == 0, 1.0, 0.0))
-            stop = bend | out
-            step = jnp.where(stop, tau, alpha)
-            d_next = _axpy(step, p, d)
-            model_next = model - step * rp + 0.5 * step * step * curvature
-            r_next = _axpy(-alpha, hp, r)
-            rs_next = _vdot(r_next, r_next)
-            beta = rs_next / jnp.where(rs > 0, rs, 1.0)
-            p_next = _axpy(beta, p, r_next)
-            return (k + 1, d_next, r_next, p_next, rs_next, model_next, stop, bend)
-
-        minus_g = jax.tree.map(jnp.negative, grad)
-        zeros = jax.tree.map(jnp.zeros_like, grad)
-        rs0 = _vdot(minus_g, minus_g)
-        no = jnp.zeros((), bool)
-        start = (jnp.zeros((), jnp.int32), zeros, minus_g, minus_g, rs0,
-                 jnp.zeros((), real), rs0 <= 0, no)  # fmt: skip
-        iterations, d, _, _, _, model, _, bent = jax.lax.while_loop(going, iteration, start)
-        length = jnp.sqrt(_vdot(d, d))
-        loss = value_fn(_axpy(1.0, d, params))
-        predicted = -model  # > 0 for any step the solve returns but d = 0
-        ratio = (value - loss) / jnp.where(predicted > 0, predicted, 1.0)
-        # Where the model predicts less than the loss's rounding the ratio is rounding too:
-        # a step that does not raise the loss counts as a good one (so that the radius does
-        # not collapse at the optimum), one that does as a failed one.
-        resolved = predicted > 64 * jnp.finfo(real).eps * jnp.abs(value)
-        ratio = jnp.where(resolved, ratio, jnp.where(loss <= value, 1.0, 0.0))
-        taken = (ratio >= _ARMIJO) & (predicted > 0)
-        # Only a step the ratio refuses is backtracked: jnp.where would run the halvings (loss
-        # evaluations) for every step. Its slope takes the gradient again (as newton_cg's),
-        # so that ``grad`` is not kept through the solve.
-        slope = lambda: _vdot(gradient_of(params), d)  # noqa: E731
-        size = jax.lax.cond(
-            taken,
-            lambda: jnp.ones((), real),
-            lambda: _backtrack(value_fn, params, value, slope(), d, loss).astype(real),
-        )
-        at_radius = bounded & (length >= 0.99 * radius)
-        radius_next = jnp.where(
-            ~taken,
-            size * length,
-            jnp.where(
-                ratio < _RATIO_POOR,
-                0.25 * length,
-                jnp.where((ratio > _RATIO_GOOD) & at_radius, 2 * radius, radius),
-            ),
-        )
-        # The first step (no radius yet) sets it; a radius of 0 (no step) would end the
-        # polish, so it falls back to the step the gradient alone would take.
-        radius_next = jnp.where(bounded | ~taken, radius_next, length)
-        radius_next = jnp.where(radius_next > 0, radius_next, jnp.sqrt(rs0))
-        step = jax.tree.map(lambda x: (size * x).astype(x.dtype), d)
-        new = TrustRegionState(
-            size.astype(jnp.float32), bent, iterations, radius_next.astype(jnp.float32)
-        )
-        return step, new
-
-    return optax.GradientTransformationExtraArgs(init, update)
-
-
-def stacked_sharding(sharding):
-    """The sharding of a stack of arrays each placed as ``sharding``: the stack's new leading
-    axis whole on every device, the rest as one array."""
-    if isinstance(sharding, NamedSharding):
-        return NamedSharding(sharding.mesh, P(None, *sharding.spec))
-    return sharding
-
-
-def state_shardings(params, state_shape, mesh, device):
-    """Shardings of an optimiser state, as ``optimizer.init`` run eagerly on placed parameters
-    gives: each leaf shaped like a parameter takes that parameter's sharding (its
-    ``zeros_like`` keeps the sharding); the L-BFGS histories, stacks of past steps, take their
-    parameter's stacked (``map_history``); the rest (step counts, the histories' weights) are
-    replicated over ``mesh``, or on ``device`` without one."""
-    by_shape = {}
-    for leaf in jax.tree.leaves(params):
-        by_shape.setdefault((leaf.shape, np.dtype(leaf.dtype)), leaf.sharding)
-    other = device if mesh is None else NamedSharding(mesh, P())
-    shardings = jax.tree.map(
-        lambda s: by_shape.get((s.shape, np.dtype(s.dtype)), other), state_shape
-    )
-    stacked = lambda _, leaf: stacked_sharding(leaf.sharding)  # noqa: E731
-    return map_history(shardings, params, stacked)
-
-
-def map_history(state, params, fn):
-    """``state`` with each leaf of its L-BFGS histories (``diff_params_memory`` and
-    ``diff_updates_memory``: (memory, *leaf.shape) stacks of past steps, one per parameter
-    leaf) replaced by ``fn(stack, parameter leaf)``.
-
-    ``optax.lbfgs`` makes its histories with ``jnp.zeros``: uncommitted, on one device, and
-    replicated by ``jit``, where each parameter it stacks may be divided over the devices
-    (the sky's modes on the baseline axis). Placed as their parameters, stacked
-    (``stacked_sharding``), they divide like the parameters they remember.
-    """
-
-    def place(node):
-        if not isinstance(node, optax.ScaleByLBFGSState):
-            return node
-        return node._replace(
-            diff_params_memory=jax.tree.map(fn, node.diff_params_memory, params),
-            diff_updates_memory=jax.tree.map(fn, node.diff_updates_memory, params),
-        )
-
-    return jax.tree.map(place, state, is_leaf=lambda n: isinstance(n, optax.ScaleByLBFGSState))
-
-
-def _place_stack(stack, leaf):
-    """``stack`` on the devices of ``leaf``, stacked (``stacked_sharding``), when ``leaf`` is a
-    placed array; traced or abstract, as it is (``jit``'s ``out_shardings`` place it)."""
-    if isinstance(leaf, jax.core.Tracer) or not isinstance(leaf, jax.Array):
-        return stack
-    return jax.device_put(stack, stacked_sharding(leaf.sharding))
 
 
 def init_state(params, optimizer: optax.GradientTransformation) -> FitState:
@@ -863,113 +401,3 @@ def polish_settled(losses, config: FitConfig, n_points: float = 1.0) -> bool:
     if len(losses) < switch + 3:
         return False
     return (losses[-3] - losses[-1]) * n_points < config.polish_tolerance
-
-
-# The sky's modes as one array for every baseline, as checkpoints written before the sky's
-# groups (2026-12-05) name them: "...sky.z" where today's name "...sky.z[0]" and on.
-_ONE_BOX = re.compile(r"\.sky\.z(?![\[\w])")
-
-
-def _leaf_names(tree) -> list[str]:
-    return [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_leaves_with_path(tree)]
-
-
-def _host(leaf) -> np.ndarray:
-    """A state leaf as numpy, whether or not all of it lives in this process."""
-    if not isinstance(leaf, jax.Array) or leaf.is_fully_addressable:
-        return np.asarray(jax.device_get(leaf))
-    if leaf.sharding.is_fully_replicated:
-        return np.asarray(leaf.addressable_data(0))
-    return processes.host_rows(leaf, 0, leaf.shape[0])
-
-
-def save_checkpoint(directory: Path, state: FitState, history: FitHistory) -> Path:
-    """Write ``state`` and ``history`` to ``directory/checkpoint.npz`` atomically.
-
-    The file is written whole under a hidden temporary name, flushed to the disk and renamed
-    over the previous checkpoint, and the rename is flushed too: a process killed at any
-    moment (or a machine that loses power) leaves the previous checkpoint or this one, never
-    part of one.
-    """
-    directory = Path(directory)
-    # In a multi-process run every process takes part in gathering the leaves; process 0 writes.
-    arrays = {f"leaf_{i}": _host(leaf) for i, leaf in enumerate(jax.tree_util.tree_leaves(state))}
-    final = directory / CHECKPOINT_NAME
-    if not processes.is_writer():
-        return final
-    directory.mkdir(parents=True, exist_ok=True)
-    arrays["leaf_names"] = np.array(_leaf_names(state))
-    arrays["history_loss"] = history.loss
-    arrays["history_chi2"] = history.chi2
-    partial = directory / f".{CHECKPOINT_NAME}.partial"
-    with open(partial, "wb") as f:
-        np.savez(f, **arrays)
-        f.flush()
-        os.fsync(f.fileno())
-    kill_point("checkpoint")
-    os.replace(partial, final)
-    folder = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
-    logger.info("checkpoint at step %d written to %s", int(state.step), final)
-    return final
-
-
-def load_checkpoint(
-    directory: Path, template: FitState, optimizer=None
-) -> tuple[FitState, FitHistory]:
-    """Read a checkpoint written by ``save_checkpoint`` for a state shaped like ``template``
-    (a gradient phase's; with a phased ``optimizer``, a checkpoint written in the polish is
-    read in the polish's form, ``polish_form``).
-
-    Refuses a checkpoint whose parameter names, shapes or dtypes differ from ``template``'s
-    (a checkpoint of another configuration or data set).
-    """
-    path = Path(directory) / CHECKPOINT_NAME
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint to resume from: {path} does not exist")
-    with np.load(path) as saved:
-        names = list(saved["leaf_names"])
-        expected = _leaf_names(template)
-        one_box = any(_ONE_BOX.search(name) for name in names)
-        # The one box's modes are a single group's, the first: with sky.groups 1 the same arrays.
-        names = [_ONE_BOX.sub(".sky.z[0]", name) for name in names]
-        if names != expected and isinstance(optimizer, Phased) and not in_polish(template):
-            polishing = polish_form(template, optimizer)
-            if names == _leaf_names(polishing):
-                template, expected = polishing, names
-        both = [any(n.startswith(f".opt_state.{k}") for n in names) for k in ("first", "polish")]
-        if names != expected and all(both):
-            raise ValueError(
-                f"checkpoint {path} holds both phases' optimiser states, as tabascal wrote "
-                "them before the gradient phases and the polish became two programs "
-                "(2026-12-05); this version cannot resume it: run the fit again without "
-                "--resume (or with the tabascal that wrote it)"
-            )
-        if names != expected and one_box:
-            raise ValueError(
-                f"checkpoint {path} holds the sky's modes as one array for every baseline, as "
-                "tabascal wrote them before the sky's baselines were split into groups "
-                "(2026-12-05); resume it with the config key sky.groups set to 1 (every "
-                "baseline in one group, as it was written), or run the fit again without --resume"
-            )
-        if names != expected:
-            raise ValueError(
-                f"checkpoint {path} holds parameters {names[:4]}... but this run expects "
-                f"{expected[:4]}...; it was written by a different model configuration"
-            )
-        template_leaves, treedef = jax.tree_util.tree_flatten(template)
-        leaves = []
-        for i, like in enumerate(template_leaves):
-            value = saved[f"leaf_{i}"]
-            if value.shape != jnp.shape(like) or value.dtype != jnp.result_type(like):
-                raise ValueError(
-                    f"checkpoint {path}: {names[i]} has shape {value.shape} and dtype "
-                    f"{value.dtype}, but this run expects {jnp.shape(like)} "
-                    f"{jnp.result_type(like)}; it was written for different data or precision"
-                )
-            leaves.append(value)
-        history = FitHistory(saved["history_loss"].copy(), saved["history_chi2"].copy())
-    return jax.tree_util.tree_unflatten(treedef, leaves), history

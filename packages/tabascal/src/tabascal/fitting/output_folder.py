@@ -27,7 +27,7 @@ import numpy as np
 
 from tabascal import TabascalError
 from tabascal.config import ConfigError
-from tabascal.fitting import optimiser
+from tabascal.fitting.checkpoint import CHECKPOINT_NAME
 from tabascal.store.writer import kill_point, why_unwritable
 
 logger = logging.getLogger(__name__)
@@ -187,9 +187,9 @@ def _old(path: Path) -> Path:
 
 def _temporaries(out_dir: Path) -> list[Path]:
     """Every temporary name a run writes under in ``out_dir`` (``results.write_results`` and
-    ``optimiser.save_checkpoint`` use the same)."""
+    ``checkpoint.save_checkpoint`` use the same)."""
     outputs = [out_dir / name for name in OUTPUT_NAMES]
-    checkpoint = out_dir / CHECKPOINTS / optimiser.CHECKPOINT_NAME
+    checkpoint = out_dir / CHECKPOINTS / CHECKPOINT_NAME
     return [*map(_partial, outputs), *map(_old, outputs), _partial(checkpoint)]
 
 
@@ -235,7 +235,7 @@ def prepare_output(out_dir: Path, *, resume: bool, overwrite: bool) -> OutputLoc
         raise ConfigError("--resume and --overwrite contradict each other; choose one")
     if out_dir.exists() and not out_dir.is_dir():
         raise OutputExistsError(f"{out_dir} exists and is not a folder")
-    checkpoint = out_dir / CHECKPOINTS / optimiser.CHECKPOINT_NAME
+    checkpoint = out_dir / CHECKPOINTS / CHECKPOINT_NAME
     if resume and not checkpoint.is_file():
         raise NoCheckpointError(
             f"--resume: {checkpoint} does not exist; run without --resume to start a new fit"
@@ -272,7 +272,7 @@ def _clear_output(out_dir: Path, resume: bool, overwrite: bool, interrupted: dic
     if overwrite:
         _remove_outputs(out_dir)
         return
-    checkpoint = out_dir / CHECKPOINTS / optimiser.CHECKPOINT_NAME
+    checkpoint = out_dir / CHECKPOINTS / CHECKPOINT_NAME
     finished = (out_dir / SUMMARY).exists()
     if interrupted is not None and not finished:
         if checkpoint.is_file():

@@ -35,7 +35,7 @@ import numpy as np
 from jax.sharding import NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
-from tabascal.fitting import optimiser
+from tabascal.fitting import optimiser, phases
 from tabascal.model import joint, likelihood, sky
 from tabascal.parallel import baseline_axis, blockwise, routes
 from tabascal.planning import memory
@@ -201,12 +201,10 @@ def compile_stages(
     stage("setup", jax.jit(setup), (params, constants, data))
     mesh = getattr(spec, "mesh", None)
     state_shape = jax.eval_shape(optimizer.init, params)
-    shardings = optimiser.state_shardings(
-        params, state_shape, mesh, SingleDeviceSharding(devices[0])
-    )
+    shardings = phases.state_shardings(params, state_shape, mesh, SingleDeviceSharding(devices[0]))
     init = jax.jit(optimizer.init, out_shardings=shardings)
     opt_state = _output_tree(stage("optimiser_init", init, (params,)), state_shape, mesh)
-    state = optimiser.FitState(params, opt_state, jax.ShapeDtypeStruct((), np.int32))
+    state = phases.FitState(params, opt_state, jax.ShapeDtypeStruct((), np.int32))
     inputs = (constants, data)
     stage("diagnostics", jax.jit(diagnostics), (params, inputs), extra=opt_state)
     step = optimiser.make_step(loss_fn, optimizer, r.curvature_fn(fit_config, spec))
@@ -214,7 +212,7 @@ def compile_stages(
     if isinstance(step, optimiser.PhasedStep):
         # The polish's own program: its state in place of the gradient phases', which is
         # what the fit ends holding.
-        opt_state = optimiser.polish_form(state, optimizer).opt_state
+        opt_state = phases.polish_form(state, optimizer).opt_state
         stage("polish", step.jitted, (state._replace(opt_state=opt_state), inputs), opt_state)
     if getattr(spec, "row_blocks", 1) > 1:
         # The export takes each device's blocks of rows in turn (job's
