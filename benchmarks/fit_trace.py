@@ -14,8 +14,8 @@ how many iterations they ran), the loss (the negative log posterior over the dat
 ``tabascal run``'s summary scores it: the RFI left in the cleaned data and the apparent sky's
 error over the noise, the gains' error over their spread. A row's chi-squared is that at the
 parameters its step starts from, its scores those after the step; its seconds leave the
-scoring out. The trace ends where ``tabascal run`` would (``optimiser.settled`` and
-``optimiser.polish_settled`` on the same losses; the row where it would is marked ``stop``) unless
+scoring out. The trace ends where ``tabascal run`` would (``fitting.settled`` and
+``fitting.polish_settled`` on the same losses; the row where it would is marked ``stop``) unless
 ``--past-stop`` runs on to the ceiling; ``--polish-limit`` stops after that many polish steps.
 Prints a table and writes JSON under benchmarks/results/, rewritten after every polish row so
 that a long trace cut short keeps what it reached (``complete`` false).
@@ -56,9 +56,9 @@ def _placed(scenario: str, steps: int, config_path: Path | None):
     """The scenario simulated and its model placed as ``tabascal run`` places it on one
     device; the fit configuration, the run configuration and the noise-scaled source (its
     truth read by the scores)."""
+    from tabascal import fitting
     from tabascal.config import load_yaml, merge
     from tabascal.config import run_config as rc
-    from tabascal.fitting import data_noise, job
     from tabascal.model import joint
     from tabascal.parallel import blockwise, routes
     from tabascal.simulate import simulate, simulation_config
@@ -74,8 +74,8 @@ def _placed(scenario: str, steps: int, config_path: Path | None):
     source = blockwise.MemoryRows(obs)
     init = joint.resolve_init(config["fit"]["init"], source.meta, 1, by_block=False)
     config = {**config, "fit": {**config["fit"], "init": init}}
-    source = data_noise.noise_source(source, config["data"])
-    placed = job._placed_model(route, source, config, False)
+    source = fitting.noise_source(source, config["data"])
+    placed = fitting.placed_model(route, source, config, False)
     return route, placed, rc.fit_config(config), config, source
 
 
@@ -84,14 +84,14 @@ def main(argv=None) -> list[dict]:
     import jax
     import numpy as np
 
-    from tabascal.fitting import job, optimiser, results, solvers
+    from tabascal import fitting
 
     jax.config.update("jax_enable_x64", False)
     route, placed, fit, config, source = _placed(options.scenario, options.steps, options.config)
 
     def scores(params) -> dict:
-        out = job._predicted(route, placed, params)
-        truth = results.truth_metrics(
+        out = fitting.predict_outputs(route, placed, params)
+        truth = fitting.truth_metrics(
             out.fitted_blocks, out.gains, source.read_truth, source.meta, out.noise_mean
         )
         return {"rfi_over_noise": truth["rfi"]["rmse_over_noise"],
@@ -107,9 +107,9 @@ def main(argv=None) -> list[dict]:
           f"{fit.second_phase_steps} gradient steps, {fit.polish_steps} {fit.polish} "
           "steps")  # fmt: skip
     inputs = (placed.constants, placed.data)
-    optimizer = optimiser.make_optimizer(fit)
-    state = optimiser.init_state(placed.params, optimizer)
-    step = optimiser.make_step(partial(route.loss, spec=placed.spec), optimizer)
+    optimizer = fitting.make_optimizer(fit)
+    state = fitting.init_state(placed.params, optimizer)
+    step = fitting.make_step(partial(route.loss, spec=placed.spec), optimizer)
     step = step.lower(state, inputs).compile()
     rows, losses, start, scoring = [], [], time.perf_counter(), 0.0
     record = {**_common.provenance(["benchmarks/fit_trace.py", *(argv or sys.argv[1:])]),
@@ -128,7 +128,7 @@ def main(argv=None) -> list[dict]:
     for n in range(total):
         state, loss, aux = step(state, inputs)
         losses.append(float(loss))
-        stop = optimiser.settled(losses, fit) or optimiser.polish_settled(losses, fit, n_points)
+        stop = fitting.settled(losses, fit) or fitting.polish_settled(losses, fit, n_points)
         polish = n >= switch
         if not polish and n % options.every and n != switch - 1 and not stop:
             continue
@@ -136,11 +136,11 @@ def main(argv=None) -> list[dict]:
                "chi2": float(aux["chi2"]), "loss": float(loss),
                "seconds": time.perf_counter() - start - scoring, "stop": stop}  # fmt: skip
         newton = state.opt_state.polish if polish else None
-        if isinstance(newton, solvers.NewtonState | solvers.TrustRegionState):
+        if isinstance(newton, fitting.NewtonState | fitting.TrustRegionState):
             row.update(step_length=float(newton.step_size),
                        negative_curvature=bool(newton.negative_curvature),
                        cg_iterations=int(newton.cg_iterations))  # fmt: skip
-        if isinstance(newton, solvers.TrustRegionState):
+        if isinstance(newton, fitting.TrustRegionState):
             row["radius"] = float(newton.radius)  # the next step's
         scored = time.perf_counter()
         row.update(scores(state.params))

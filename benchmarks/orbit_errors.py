@@ -93,7 +93,7 @@ def main(argv=None) -> int:
         for label, store, fit in runs:
             config = merge(overrides, {"orbits": {"fit": fit}})
             out = where / f"fit-{store}-{fit}"
-            records[label] = science._fit(where / f"{store}.zarr", out, args.steps, config)
+            records[label] = science.fit_scenario(where / f"{store}.zarr", out, args.steps, config)
             summary = json.loads((out / "summary.json").read_text())
             if summary.get("orbits"):
                 meta = read_observation(where / "shifted.zarr").meta

@@ -72,24 +72,27 @@ def _rms(x) -> float:
     return float(np.sqrt(np.mean(np.abs(x) ** 2)))
 
 
-def _fit(store: Path, out: Path, steps: int, run_overrides: dict) -> dict:
-    """Fit ``store`` into ``out`` with the run configuration; the scores."""
+def fit_scenario(store: Path, out: Path, steps: int, run_overrides: dict) -> dict:
+    """Fit the store ``store`` into the folder ``out`` as ``tabascal run`` does, with
+    ``steps`` first-phase steps and ``run_overrides`` over the run configuration's defaults;
+    the fit's scores against the store's truth (its RFI and apparent sky over the noise, its
+    gains over their spread) and its figures."""
     import numpy as np
     import zarr
 
+    from tabascal import fitting
     from tabascal.config import merge, run_config
-    from tabascal.fitting import job
     from tabascal.store import read_observation
 
     obs = read_observation(store)
     fixed = {"fit": {"steps": steps, "checkpoint_every": 0}, "output": {"plots": False}}
     config = run_config.load(merge(run_overrides, fixed))
     start = time.perf_counter()
-    axis = None  # the config's sharding, as `tabascal run` takes it (job.run resolves it)
+    axis = None  # the config's sharding, as `tabascal run` takes it (fitting.run resolves it)
     if not obs.meta.n_sat:  # the RFI-free twin (the sky and the gains alone) on one device
         axis = "none"
         config["sharding"] = {**config["sharding"], "reuse_plan": False, "row_blocks": 1}
-    summary = job.run(obs, out, config, progress=False, shard_axis=axis)
+    summary = fitting.run(obs, out, config, progress=False, shard_axis=axis)
     seconds = time.perf_counter() - start
     results = zarr.open_group(str(out / "results.zarr"), mode="r")
     t, a1, a2 = obs.truth, np.asarray(obs.a1), np.asarray(obs.a2)
@@ -122,7 +125,9 @@ def _twin(name: str, simulation: dict, steps: int, where: Path, run_overrides: d
 
     twin = simulation_config("demo", merge(simulation, {"satellites": {"count": 0, "orbits": []}}))
     simulate(twin, where / f"{name}-twin.zarr")
-    floor = _fit(where / f"{name}-twin.zarr", where / f"{name}-twin-fit", steps, run_overrides)
+    floor = fit_scenario(
+        where / f"{name}-twin.zarr", where / f"{name}-twin-fit", steps, run_overrides
+    )
     keys = ("chi2", "sky_over_noise", "gains_over_spread", "fit_seconds")
     return {f"twin_{key}": floor[key] for key in keys}
 
@@ -133,7 +138,7 @@ def score(name: str, simulation: dict, steps: int, where: Path, run_overrides: d
 
     config = simulation_config("demo", simulation)
     simulate(config, where / f"{name}-obs.zarr")
-    fitted = _fit(where / f"{name}-obs.zarr", where / f"{name}-fit", steps, run_overrides)
+    fitted = fit_scenario(where / f"{name}-obs.zarr", where / f"{name}-fit", steps, run_overrides)
     fitted.update(_twin(name, simulation, steps, where, run_overrides))
     fitted["sky_over_twin"] = fitted["sky_over_noise"] / fitted["twin_sky_over_noise"]
     fitted["n_satellites"] = len(config["satellites"]["orbits"]) + config["satellites"]["count"]

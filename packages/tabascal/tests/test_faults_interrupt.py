@@ -251,7 +251,7 @@ def test_simulate_and_run_into_a_read_only_folder_fail_before_any_work_naming_it
 ):
     started = []
     monkeypatch.setattr(simulation, "_pass_one", lambda *args: started.append("simulation"))
-    monkeypatch.setattr(job, "_placed_model", lambda *args: started.append("fit"))
+    monkeypatch.setattr(job, "placed_model", lambda *args: started.append("fit"))
     with pytest.raises(StoreError, match=f"into {read_only_folder}: .*choose an output"):
         simulate(simulation_config("demo", TINY, seed=7), read_only_folder / "obs.zarr")
     assert main(_run_args(files, read_only_folder / "out")) == 2

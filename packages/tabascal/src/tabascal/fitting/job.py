@@ -264,7 +264,7 @@ def run(
                 claimed.enter_context(prepare_output(out_dir, resume=resume, overwrite=overwrite))
         try:
             source = data_noise.noise_source(source, config["data"])
-            placed = _placed_model(route, source, config, by_block)
+            placed = placed_model(route, source, config, by_block)
             if processes.is_writer():
                 write_atomically(out_dir / "config.yaml", dump_yaml(config))
             fitted = _optimise(route, placed, config, out_dir, resume, progress)
@@ -298,9 +298,11 @@ def _check_route(route: routes.Route, source, init: str) -> bool:
     return by_block
 
 
-def _placed_model(route: routes.Route, source, config: dict, by_block: bool):
-    """The model placed as ``route`` places it: built block by block from the rows each
-    process reads, or from the whole observation and then placed."""
+def placed_model(route: routes.Route, source, config: dict, by_block: bool):
+    """The model placed as ``route`` places it for the validated run ``config``, from the
+    rows of ``source`` (a ``blockwise.RowSource``): built block by block from the rows each
+    process reads (``by_block``), or from the whole observation and then placed. What
+    ``tabascal run`` fits, for a caller that takes the steps itself."""
     model_cfg = run_config.model_config(config)
     init, seed = config["fit"]["init"], config["fit"]["seed"]
     row_blocks = config["sharding"]["row_blocks"]
@@ -377,7 +379,7 @@ def _optimise(route: routes.Route, placed, config: dict, out_dir: Path, resume, 
     return _Fitted(state, history, phase_memory, collectives, limiting, peak, seconds, chi2_init)
 
 
-class _Outputs(NamedTuple):
+class Outputs(NamedTuple):
     """The fitted model's outputs: the ``results.CUBES`` as (data rows, {name: cube}) blocks
     in the data's order, the gains (n_ant, n_freq, n_time), this process's (data rows, sky,
     RFI) blocks for the truth metrics, the final reduced chi-squared and the mean noise."""
@@ -389,8 +391,9 @@ class _Outputs(NamedTuple):
     noise_mean: float
 
 
-def _predicted(route: routes.Route, placed, params) -> _Outputs:
-    """Predict from ``params``; a baseline-sharded route's cubes leave block by block."""
+def predict_outputs(route: routes.Route, placed, params) -> Outputs:
+    """The outputs of ``placed`` (``placed_model``'s) at ``params``, as ``tabascal run``
+    writes and scores them; a baseline-sharded route's cubes leave block by block."""
     spec, data = placed.spec, placed.data
     n_bl = getattr(spec, "model", spec).n_bl
     # the mean over the baselines (and channels, with a noise per channel); padded rows left out
@@ -406,7 +409,7 @@ def _predicted(route: routes.Route, placed, params) -> _Outputs:
     )
     if route.by_block:
         residual = jax.jit(likelihood.residual)(prediction.model, data.vis, data.flags)
-        return _Outputs(
+        return Outputs(
             cubes=results.sharded_cubes(prediction, residual, data.flags, spec),
             gains=np.asarray(prediction.gains.addressable_data(0)),
             fitted_blocks=results.local_blocks(prediction, spec),
@@ -425,7 +428,7 @@ def _predicted(route: routes.Route, placed, params) -> _Outputs:
     }
     rows = np.arange(n_bl)
     # An unsharded fit is one block of every row.
-    return _Outputs(
+    return Outputs(
         cubes=[(rows, cubes)],
         gains=host.gains,
         fitted_blocks=[(rows, host.sky, host.rfi)],
@@ -434,7 +437,7 @@ def _predicted(route: routes.Route, placed, params) -> _Outputs:
     )
 
 
-def _predicted_by_row_block(placed, params, noise_mean: float) -> _Outputs:
+def _predicted_by_row_block(placed, params, noise_mean: float) -> Outputs:
     """The outputs of a fit with its rows in blocks (``sharding.row_blocks``): block j of
     every device's rows is predicted, and its residual formed, in turn (``predict_block``,
     ``rows_block``), so that the devices hold one block's cubes at a time. Each pass over the
@@ -468,13 +471,13 @@ def _predicted_by_row_block(placed, params, noise_mean: float) -> _Outputs:
         for j in range(spec.row_blocks):
             yield from results.local_blocks(predict(params, placed.constants, j), spec, j)
 
-    return _Outputs(cubes(), first, fitted_blocks(), chi2_final, noise_mean)
+    return Outputs(cubes(), first, fitted_blocks(), chi2_final, noise_mean)
 
 
 def _write_outputs(route, placed, fitted: _Fitted, source, config, out_dir, by_block):
     """Write results.zarr, the plots and summary.json (process 0); return the summary."""
     meta = source.meta
-    out = _predicted(route, placed, fitted.state.params)
+    out = predict_outputs(route, placed, fitted.state.params)
     truth = None
     if source.has_truth:
         truth = results.truth_metrics(
