@@ -17,7 +17,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from tabascal.model import joint, rfi_signal
-from tabascal.parallel import baseline_axis
+from tabascal.parallel import baseline_axis, row_placement
 
 # The hybrid route of test_sharding_reuse: a quadrature and an analytic group.
 CONFIG = HYBRID_DOUBLE
@@ -62,7 +62,7 @@ def _check_geometry_placement(sharded, model):
             for c in (sharded.constants, model.constants)
         )
         whole = np.asarray(whole)
-        rows = baseline_axis.device_antenna_table(spec)
+        rows = row_placement.device_antenna_table(spec)
         if spec.reuse is None:  # every antenna in order, then the ghosts
             assert sharded.plan.n_ant_total == n_ant + spec.n_ghost
             every = np.tile(np.arange(n_ant), (spec.n_dev, 1))

@@ -8,7 +8,7 @@ The RFI operators' working memory is set small (``rfi.memory_budget_mb`` = 0.1 M
 their blocks are bound by it, as they are at full size: at 512 stations a single cell's fine
 signal is megabytes and every operator call is budget-bound, while at 48 stations the default
 256 MiB would hold every cell at once. On the baseline axis each device takes its share of the
-budget (``baseline_axis.plan_rows``), so that part divides by construction; what this module
+budget (``row_placement.plan_rows``), so that part divides by construction; what this module
 measures is whether everything else does too.
 
 What divides, as measured here (float32, 4 devices against 1):

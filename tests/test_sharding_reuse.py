@@ -162,7 +162,7 @@ def test_reuse_loss_and_gradient_equal_single_device(obs, route, n_dev):
     sharded = _equivalence(obs, route, n_dev)
     # Measured plan: the two groups pad (0, 1, 1, 2) and (2, 1, 1, 0) rows: ghosts in both. The
     # plan balances the RFI groups alone: balancing each (RFI group, sky group) label would pad
-    # neither but need 6 of the 8 antennas per device, not 5 (``baseline_axis.plan_rows``).
+    # neither but need 6 of the 8 antennas per device, not 5 (``row_placement.plan_rows``).
     assert sharded.spec.reuse.width == 5, sharded.spec.reuse.summary()
     assert all(int(g.n_padding.sum()) > 0 for g in sharded.plan.groups), sharded.plan.summary()
     assert sharded.plan.n_ghost > 0

@@ -10,7 +10,7 @@ import pytest
 from tabascal.config import run_config
 from tabascal.fitting import satellites
 from tabascal.model import joint, rfi_signal
-from tabascal.parallel import baseline_axis, routes
+from tabascal.parallel import routes, row_placement
 from tabascal.store import read_observation
 
 N_DEVICES = 4
@@ -76,9 +76,9 @@ def test_signal_rms_with_the_factor_per_device_equals_every_antennas(reference):
     route = routes.route("reuse")
     placed = route.place(model, route.make_mesh(N_DEVICES))
     assert len(routes.devices(placed.spec)) == N_DEVICES  # the sharded path ran
-    assert baseline_axis.factor_per_device(placed.constants.rfi_signal)
+    assert row_placement.factor_per_device(placed.constants.rfi_signal)
     assert placed.constants.rfi_signal.factor.shape[:2] == (N_DEVICES, placed.plan.n_ant_total)
-    weights = baseline_axis.antenna_weights(placed.spec)
+    weights = row_placement.antenna_weights(placed.spec)
     ids = np.asarray(placed.spec.antenna_ids)
     held = [weights[ids == a].sum() for a in range(model.spec.n_ant)]
     np.testing.assert_allclose(held, 1.0, rtol=1e-15)

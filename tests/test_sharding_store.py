@@ -9,7 +9,7 @@ import pytest
 
 from tabascal.config import run_config
 from tabascal.model import joint
-from tabascal.parallel import baseline_axis, blockwise
+from tabascal.parallel import baseline_axis, blockwise, row_placement
 from tabascal.store import read_meta, read_observation
 
 N_DEVICES = 4
@@ -96,7 +96,7 @@ def test_block_build_equals_the_placed_whole_model(store, n_dev, reuse, init, ro
         np.testing.assert_array_equal(got, want)
 
     assert blocks.spec == whole.spec
-    assert blocks.data.vis.sharding.spec == baseline_axis.P(baseline_axis.AXIS)
+    assert blocks.data.vis.sharding.spec == baseline_axis.P(row_placement.AXIS)
     assert {s.data.shape[0] for s in blocks.data.vis.addressable_shards} == {B}
     for name in ("vis", "flags", "noise", "n_points"):
         np.testing.assert_array_equal(_host(getattr(blocks.data, name)),

@@ -32,7 +32,7 @@ import numpy as np
 
 from tabascal.fitting import results
 from tabascal.model import gains, joint, likelihood, rfi_signal
-from tabascal.parallel import baseline_axis, processes
+from tabascal.parallel import processes, row_placement
 
 logger = logging.getLogger(__name__)
 
@@ -196,8 +196,8 @@ def signal_rms(placed, params, n_sat: int) -> np.ndarray:
         return jnp.sqrt(jnp.tensordot(weights.reshape(-1), power, 1) / placed.spec.model.n_ant)
 
     signal = placed.constants.rfi_signal
-    if baseline_axis.factor_per_device(signal):
-        weights = baseline_axis.antenna_weights(placed.spec).astype(signal.factor.dtype)
+    if row_placement.factor_per_device(signal):
+        weights = row_placement.antenna_weights(placed.spec).astype(signal.factor.dtype)
         out = jax.jit(rms_by_device)(params.rfi, placed.constants, weights)
     else:
         out = jax.jit(rms)(params.rfi, params.orbits, placed.constants)

@@ -1,7 +1,7 @@
 """The baseline-sharded model built block by block: every process reads only its devices' rows.
 
-``baseline_axis.shard_model`` places a model that ``joint.build`` set up from the whole observation
-in one process. ``build`` makes the same ``baseline_axis.ShardedModel`` without ever holding the
+``row_placement.shard_model`` places a model that ``joint.build`` set up from the whole observation
+in one process. ``build`` makes the same ``row_placement.ShardedModel`` without ever holding the
 whole observation anywhere:
 
 1. every process reads the rows of its own devices' ownership blocks (``RowSource.read``) and
@@ -15,7 +15,7 @@ whole observation anywhere:
    alone; the initial RFI prediction, the per-baseline sky mean from the data less it, and the
    sky prior's scale are computed on the devices, on ``P("bl")``.
 
-The result equals ``baseline_axis.shard_model(joint.build(obs, ...), mesh, reuse=...)`` (the tests
+The result equals ``row_placement.shard_model(joint.build(obs, ...), mesh, reuse=...)`` (the tests
 compare them array by array), except that padded rows' sky means are 0 rather than a copy of
 row 0's (padded rows are flagged; neither value reaches the loss).
 """
@@ -36,7 +36,7 @@ import tabascal_partition
 from tabascal.config import ConfigError
 from tabascal.model import joint, likelihood, orbit_corrections, sky
 from tabascal.model.data_stats import DataStats
-from tabascal.parallel import baseline_axis, processes
+from tabascal.parallel import baseline_axis, processes, row_placement
 from tabascal.store.format import default_chunk_rows
 
 logger = logging.getLogger(__name__)
@@ -249,7 +249,7 @@ def _place_blocks(blocks: dict, field: str, fill, mesh, block_size: int, dtype) 
         return np.concatenate([rows, pad])[(slice(None), *index[1:])]
 
     shape = (mesh.size * block_size, *trailing)
-    return jax.make_array_from_callback(shape, NamedSharding(mesh, P(baseline_axis.AXIS)), block)
+    return jax.make_array_from_callback(shape, NamedSharding(mesh, P(row_placement.AXIS)), block)
 
 
 def build(
@@ -261,14 +261,14 @@ def build(
     seed: int = 0,
     reuse: bool = False,
     row_blocks: int = 1,
-) -> baseline_axis.ShardedModel:
+) -> row_placement.ShardedModel:
     """The baseline-sharded model of ``source`` on ``mesh`` (see the module docstring).
 
     init: "data" or "prior" ("truth" needs the whole truth in one process: use
-    ``joint.build`` and ``baseline_axis.shard_model``); row_blocks: blocks of rows per device
-    (``baseline_axis.ShardedSpec``).
+    ``joint.build`` and ``row_placement.shard_model``); row_blocks: blocks of rows per device
+    (``row_placement.ShardedSpec``).
     """
-    baseline_axis.check_row_blocks(row_blocks, reuse)
+    row_placement.check_row_blocks(row_blocks, reuse)
     if init not in ("data", "prior"):
         raise ConfigError(
             f"init {init!r}: a model built block by block starts from 'data' or 'prior'"
@@ -295,7 +295,7 @@ def build(
         scale=1.0,
         dtype=real,
     )
-    placement = baseline_axis.plan_rows(
+    placement = row_placement.plan_rows(
         frame.spec, frame.constants._replace(sky=sky_host), mesh, reuse=reuse, row_blocks=row_blocks
     )
     device_rows = placement.spec.device_rows
@@ -303,22 +303,22 @@ def build(
         with processes.stage("reading this process's rows in the placement's order"):
             blocks = _read_blocks(source, mesh, placement.order, real, device_rows)
     data = _placed_data(blocks, stats, mesh, device_rows, real)
-    constants = baseline_axis.place_constants(frame.constants, placement)
-    rfi_params = baseline_axis.replicate(frame.rfi, mesh)
-    orbits = baseline_axis.replicate(frame.orbits, mesh)
+    constants = row_placement.place_constants(frame.constants, placement)
+    rfi_params = row_placement.replicate(frame.rfi, mesh)
+    orbits = row_placement.replicate(frame.orbits, mesh)
     sky_c, sky_params, sky_sigma = _placed_sky(
         config, sky_host, placement, (rfi_params, orbits), constants, data, stats, init, seed
     )
     params = joint.ModelParams(
         sky_params,
         rfi_params,
-        baseline_axis.replicate(frame.gains, mesh),
+        row_placement.replicate(frame.gains, mesh),
         orbits,
     )
-    info = baseline_axis.placement_info(
+    info = row_placement.placement_info(
         dict(frame.info, sky_sigma=sky_sigma, read_by_block=True), placement
     )
-    return baseline_axis.ShardedModel(
+    return row_placement.ShardedModel(
         spec=placement.spec,
         constants=constants._replace(sky=sky_c),
         data=data,
@@ -388,7 +388,7 @@ def _placed_data(blocks, stats: DataStats, mesh, block_size: int, real) -> joint
         vis=jax.jit(lambda v, f: jnp.where(f, 0, v))(vis, flags),
         flags=flags,
         noise=place("noise", 1, real),
-        n_points=baseline_axis.replicate(jnp.asarray(stats.n_points, jnp.int32), mesh),
+        n_points=row_placement.replicate(jnp.asarray(stats.n_points, jnp.int32), mesh),
     )
 
 
@@ -405,8 +405,8 @@ def _placed_sky(config, sky_host, placement, rfi, constants, data, stats, init, 
     cplx = np.result_type(real, np.complex64)
     spec, mesh = placement.spec, placement.spec.mesh
     n_bl, n_rows = spec.model.n_bl, spec.n_rows
-    rows_spec = NamedSharding(mesh, P(baseline_axis.AXIS))
-    sky_c = baseline_axis.place_sky(sky_host, placement)
+    rows_spec = NamedSharding(mesh, P(row_placement.AXIS))
+    sky_c = row_placement.place_sky(sky_host, placement)
     sky_c = sky_c._replace(mean=jax.jit(lambda: jnp.zeros(n_rows, cplx), out_shardings=rows_spec)())
 
     @jax.jit
@@ -437,8 +437,8 @@ def _sky_start_params(sky_host, real, init, seed, placement) -> tuple[jax.Array,
     spec = placement.spec
     if init == "prior":
         drawn = sky.init(sky_host, joint.prior_keys(seed).sky)
-        return baseline_axis.place_sky_params(tuple(map(np.asarray, drawn.z)), placement)
-    out = NamedSharding(spec.mesh, P(baseline_axis.AXIS))
+        return row_placement.place_sky_params(tuple(map(np.asarray, drawn.z)), placement)
+    out = NamedSharding(spec.mesh, P(row_placement.AXIS))
 
     def zeros(n_slots, shape):  # made on the devices: no host copy of the whole
         return jax.jit(lambda: jnp.zeros((n_slots, *shape[1:]), real), out_shardings=out)()

@@ -30,7 +30,7 @@ from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from tabascal.config import ConfigError
 from tabascal.model import joint, rfi_vis
-from tabascal.parallel import baseline_axis, processes, source_axis
+from tabascal.parallel import baseline_axis, processes, row_placement, source_axis
 from tabascal.planning import memory
 
 #: What ``sharding.axis`` accepts.
@@ -201,7 +201,7 @@ def _abstract_moments(placed, model_spec, keep):
     sharding = (
         SingleDeviceSharding(jax.devices()[0])
         if mesh is None
-        else NamedSharding(mesh, PartitionSpec(baseline_axis.AXIS))
+        else NamedSharding(mesh, PartitionSpec(row_placement.AXIS))
     )
     _, shape, cplx = _model_shape(placed)
     groups = list(placed.constants.groups)

@@ -23,7 +23,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from tabascal.model import gains, joint, rfi_signal, rfi_vis, sky
-from tabascal.parallel import baseline_axis
+from tabascal.parallel import row_placement
 
 AXIS = "src"
 SOURCE = P(None, AXIS)  # per-source arrays: (n_ant, n_src, ...)
@@ -31,7 +31,7 @@ SOURCE = P(None, AXIS)  # per-source arrays: (n_ant, n_src, ...)
 
 def make_mesh(n_dev: int | None = None) -> Mesh:
     """A 1-D mesh named "src" over the first ``n_dev`` devices (all of them when None)."""
-    return baseline_axis.make_mesh(n_dev, axis=AXIS)
+    return row_placement.make_mesh(n_dev, axis=AXIS)
 
 
 @dataclass(frozen=True)
