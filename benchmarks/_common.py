@@ -189,14 +189,14 @@ def synthetic_model(abstract, *, noise: float = 1.0, seed: int = 0, progress=Non
     ``joint.predict``, plus Gaussian noise of std ``noise`` on each of the real and imaginary
     parts, nothing flagged. The parameters start at the prior mean. Built on the default
     device, so the visibilities are never made on the host. The draw takes the phase moments
-    that ``rfi.phase_cache`` keeps on one device (``routes.keep_phase_moments``), as a fit does;
+    that ``rfi.phase_cache`` keeps on one device (``parallel.keep_phase_moments``), as a fit does;
     the model returned holds none, for a route to place and keep its own. ``progress``, if
     given, is called with a line after the draw's program is compiled and after it has run."""
     import jax
     import jax.numpy as jnp
 
+    from tabascal import parallel
     from tabascal.model import gains, joint, rfi_signal, sky
-    from tabascal.parallel import routes
 
     spec, c = abstract.spec, abstract.constants
     real = c.phase.dtype
@@ -216,7 +216,7 @@ def synthetic_model(abstract, *, noise: float = 1.0, seed: int = 0, progress=Non
         return model + noise * jax.lax.complex(re, im)
 
     start = time.perf_counter()
-    kept = routes.keep_phase_moments("none", dataclasses.replace(abstract, constants=constants))
+    kept = parallel.keep_phase_moments("none", dataclasses.replace(abstract, constants=constants))
     draw = observe.lower(truth, kept.constants, keys[3]).compile()
     if progress:
         cache = kept.info["rfi_phase_cache"]["kept_mib_per_device"]

@@ -124,10 +124,9 @@ def run_case(spec: dict) -> dict:
     """One (channels, RFI) case in this process: build, draw the data, fit, measure."""
     import jax
 
+    from tabascal import parallel, planning
     from tabascal.config import run_config as rc
     from tabascal.fitting import optimiser
-    from tabascal.parallel import routes
-    from tabascal.planning import memory
 
     start = began = time.perf_counter()
     log = open(spec["progress"], "a", buffering=1)  # line-buffered: lines as they happen
@@ -149,7 +148,7 @@ def run_case(spec: dict) -> dict:
     )  # fmt: skip
     progress("model built (abstract)")
     model = _common.synthetic_model(abstract, progress=progress)
-    after_data = memory.allocator_peak_bytes()
+    after_data = planning.allocator_peak_bytes()
     seconds_setup = time.perf_counter() - start
     # The gradient steps, then a few polish steps of a few conjugate-gradient iterations:
     # the polish is its own program, whose memory does not depend on how many it runs.
@@ -165,10 +164,10 @@ def run_case(spec: dict) -> dict:
     # Placed as a fit places it, with the phase moments rfi.phase_cache keeps: on this device
     # alone, or on the baseline axis of a mesh of it with its rows in blocks.
     if spec["row_blocks"] > 1:
-        route = routes.route("baseline")
+        route = parallel.route("baseline")
         model = route.place(model, route.make_mesh(1), row_blocks=spec["row_blocks"])
     else:
-        route = routes.route("none")
+        route = parallel.route("none")
         model = route.place(model, None)
     progress(f"placed, phase moments kept: {model.info['rfi_phase_cache']}")
     step = optimiser.make_step(partial(route.loss, spec=model.spec), optimizer)
@@ -203,11 +202,11 @@ def run_case(spec: dict) -> dict:
         "steps_taken": len(chi2),
         "polish_step_seconds": polish,
         "polish_cg_iterations": iterations,
-        "allocator_peak_bytes": memory.allocator_peak_bytes(),
+        "allocator_peak_bytes": planning.allocator_peak_bytes(),
         "allocator_peak_bytes_after_data": after_data,
-        "step_memory": memory.stage_memory(programs["gradient"]).as_dict(),
+        "step_memory": planning.stage_memory(programs["gradient"]).as_dict(),
         "polish_step_memory": (
-            memory.stage_memory(programs["polish"]).as_dict() if "polish" in programs else None
+            planning.stage_memory(programs["polish"]).as_dict() if "polish" in programs else None
         ),
         "seconds_setup": seconds_setup,
         "seconds_compile": seconds_compile,

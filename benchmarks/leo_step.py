@@ -60,13 +60,13 @@ def _arguments(argv=None):
 
 
 def _model(obs, rfi: dict, precision: str):
+    from tabascal import parallel
     from tabascal.config import run_config as rc
     from tabascal.model import joint
-    from tabascal.parallel import routes
 
     config = rc.load({"precision": precision, "rfi": rfi})
     model = joint.build(obs, rc.model_config(config), init="data", seed=0)
-    return routes.route("none").place(model, None), config  # keeps moments as run does
+    return parallel.route("none").place(model, None), config  # keeps moments as run does
 
 
 def _rfi_errors(obs, variants) -> dict:

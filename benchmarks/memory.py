@@ -136,21 +136,22 @@ def measure(
 
     import jax
 
-    from tabascal.parallel import routes
-    from tabascal.planning import stages
+    from tabascal import parallel, planning
 
     rfi_vis = dataclasses.replace(
         model.spec.rfi_vis, phase_cache=phase_cache, phase_cache_mb=budget_mib
     )
     model = dataclasses.replace(model, spec=dataclasses.replace(model.spec, rfi_vis=rfi_vis))
     start = time.perf_counter()
-    route = routes.route(axis)
+    route = parallel.route(axis)
     mesh = route.make_mesh(n_dev)
     devices = jax.devices()[:1] if mesh is None else list(mesh.devices.flat)
-    placed = stages.place_abstract(model, axis, mesh, row_blocks)
-    placed_bytes = stages.bytes_per_device((placed.constants, placed.data, placed.params), devices)
+    placed = planning.place_abstract(model, axis, mesh, row_blocks)
+    placed_bytes = planning.bytes_per_device(
+        (placed.constants, placed.data, placed.params), devices
+    )
     placed_seconds = time.perf_counter() - start
-    reports = stages.compile_stages(placed, axis, fit_config, devices)
+    reports = planning.compile_stages(placed, axis, fit_config, devices)
     peaks = [max(r.peak[d] for r in reports) for d in range(len(devices))]
     limiting = max(range(len(devices)), key=lambda d: peaks[d])
     info = placed.info

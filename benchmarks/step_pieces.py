@@ -107,13 +107,14 @@ def measure_pieces(model, fit_config, pieces) -> dict:
 
     import jax
 
+    from tabascal import parallel, planning
     from tabascal.fitting import optimiser, phases
-    from tabascal.parallel import routes
-    from tabascal.planning import memory, stages
 
-    placed = stages.place_abstract(model, "none", None)
-    constants, data, params = stages._abstract((placed.constants, placed.data, placed.params))
-    loss_fn = partial(routes.route("none").loss, spec=placed.spec)
+    placed = planning.place_abstract(model, "none", None)
+    constants, data, params = planning.abstract_arrays(
+        (placed.constants, placed.data, placed.params)
+    )
+    loss_fn = partial(parallel.route("none").loss, spec=placed.spec)
     inputs = (constants, data)
 
     def value(p, i):
@@ -123,11 +124,11 @@ def measure_pieces(model, fit_config, pieces) -> dict:
         return jax.jvp(lambda q: jax.grad(value)(q, i), (p,), (v,))[1]
 
     def gauss_newton(p, v, i):
-        return routes.route("none").gauss_newton(p, v, i, placed.spec)
+        return parallel.route("none").gauss_newton(p, v, i, placed.spec)
 
     polished = dataclasses.replace(fit_config, polish_steps=max(fit_config.polish_steps, 1))
     optimizer = optimiser.make_optimizer(polished)
-    curvature_fn = routes.route("none").curvature_fn(polished, placed.spec)
+    curvature_fn = parallel.route("none").curvature_fn(polished, placed.spec)
     step = optimiser.make_step(loss_fn, optimizer, curvature_fn)
     state = jax.eval_shape(partial(optimiser.init_state, optimizer=optimizer), params)
     programs = {
@@ -143,7 +144,7 @@ def measure_pieces(model, fit_config, pieces) -> dict:
         start = time.perf_counter()
         compiled = programs[name]().compile()
         out[name] = {
-            **memory.stage_memory(compiled).as_dict(),
+            **planning.stage_memory(compiled).as_dict(),
             "seconds_compile": time.perf_counter() - start,
         }
         print(f"  {name} compiled in {out[name]['seconds_compile']:.0f} s", flush=True)

@@ -349,12 +349,11 @@ def _compile_axis(label, model, options, optimizer):
     compile its step and cost it; the first step is timed unless ``--cost-only``."""
     import jax
 
+    from tabascal import parallel, planning
     from tabascal.fitting import optimiser
-    from tabascal.parallel import routes
-    from tabascal.planning import memory
 
     axis, blocks = _axis_blocks(label)
-    route = routes.route(axis)
+    route = parallel.route(axis)
     placed = route.place(model, route.make_mesh(options.devices), row_blocks=blocks)
     inputs = (placed.constants, placed.data)
     step = optimiser.make_step(lambda p, i, r=route, s=placed.spec: r.loss(p, i, s), optimizer)
@@ -367,7 +366,7 @@ def _compile_axis(label, model, options, optimizer):
         "per_step": [],
         "phase_cache": placed.info["rfi_phase_cache"],
         "placement": _placement(placed),
-        "step_memory": memory.stage_memory(compiled).as_dict(),
+        "step_memory": planning.stage_memory(compiled).as_dict(),
     }
     run["cost"] = step_cost(compiled)
     start = time.perf_counter()

@@ -1,3 +1,38 @@
-"""Splitting a fit over devices and processes: the baseline axis (``baseline_axis``), the
-model built block by block from the rows each process reads (``blockwise``), the source axis
-(``source_axis``) and the processes of a multi-host run (``processes``)."""
+"""Splitting a fit over devices and processes.
+
+A fit takes its layout from one registry (``route``, in ``routes``): one device, the source
+axis (``source_axis``) or the baseline axis, whose rows ``row_placement`` places and
+``baseline_axis`` evaluates. ``blockwise`` builds the baseline axis's model block by block from
+the rows each process reads (``StoreRows``, ``MemoryRows``); ``processes`` runs one fit over
+several processes.
+
+The names below load their module on first use: ``initialize`` must start jax's distributed
+runtime before jax does anything else, and the command line imports jax only once it has set
+the device count, so importing this package imports no jax.
+"""
+
+import importlib
+
+#: Each module of the face and the names it gives.
+_FACE = {
+    "routes": ("ROUTES", "SHARD_AXES", "Route", "keep_phase_moments", "route"),
+    "row_placement": ("ShardedModel", "ShardedSpec"),
+    "blockwise": ("MemoryRows", "RowSource", "StoreRows"),
+    "processes": ("Launch", "LaunchError", "PeerFailure", "initialize", "is_writer", "launch_from"),
+    "backends": ("float64_device",),
+}
+_HOME = {name: module for module, names in _FACE.items() for name in names}
+
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str):
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -114,7 +114,7 @@ def place_abstract(model: joint.Model, axis: str, mesh, row_blocks: int = 1):
 
 def bytes_per_device(tree, devices) -> list[int]:
     """Bytes each of ``devices`` holds of the arrays in ``tree`` (real or abstract), from each
-    array's sharding: one shard of ``baseline_axis.shard_shape`` on every device it names."""
+    array's sharding: one shard of ``sharding.shard_shape`` on every device it names."""
     totals = dict.fromkeys(devices, 0)
     for leaf in jax.tree.leaves(tree):
         shard = leaf.sharding.shard_shape(leaf.shape)
@@ -139,7 +139,7 @@ class StageReport:
         return [r + self.memory.working_set for r in self.resident]
 
 
-def _abstract(tree):
+def abstract_arrays(tree):
     """ShapeDtypeStructs (with shardings) of a tree of real or abstract arrays."""
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
 
@@ -168,7 +168,7 @@ def compile_stages(
     model) on ``axis`` and report each stage's memory (see the module docstring)."""
     r = routes.route(axis)
     spec = placed.spec
-    constants, data, params = _abstract((placed.constants, placed.data, placed.params))
+    constants, data, params = abstract_arrays((placed.constants, placed.data, placed.params))
     resident = bytes_per_device((constants, data, params), devices)
     reports = []
 
