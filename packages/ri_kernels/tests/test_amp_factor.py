@@ -58,6 +58,7 @@ def _seam(name, indices, budget, real=np.float64):
     return run
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("x64")
 @pytest.mark.parametrize("budget", BUDGETS)
 @pytest.mark.parametrize("pairs", LISTS)

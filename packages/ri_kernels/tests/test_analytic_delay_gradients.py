@@ -95,6 +95,7 @@ def _directions(args, rng):
                 yield r * N_TIME + t, f"delay order {k}", np.zeros_like(phase), d_delay
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("x64")
 @pytest.mark.parametrize(("segments", "terms", "cubic_terms"), [(2, 6, 3), (4, 16, 3), (1, 6, 0)])
 def test_phase_and_delay_gradients_equal_finite_differences_in_every_regime(
@@ -169,6 +170,7 @@ def _gauss_scene():
     return analytic, quadrature
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("x64")
 def test_phase_and_delay_gradients_equal_the_quadrature_operators():
     analytic, quadrature = _gauss_scene()
@@ -207,6 +209,7 @@ def _cast(args, real):
     )
 
 
+@pytest.mark.slow
 def test_float32_gradients_are_within_the_float64_ones():
     args, _ = _regime_case(2, True)
     args = _cast(args, np.float32)
@@ -233,6 +236,7 @@ def test_delay_orders_above_three_have_exactly_zero_derivative():
     assert not np.any(np.asarray(grad)[..., 4:])
 
 
+@pytest.mark.slow
 def test_kept_moments_are_constants_of_phase_and_delay():
     scene = make_scene(5, n_path=4, rate_us_s=0.3, **SHAPE)
     args = analytic_args(scene, np.float32)
@@ -272,6 +276,7 @@ def test_extra_moments_are_formed_only_for_delay_tangents(argnums, slopes):
     assert (f"name={_SLOPES}" in program) == slopes
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("x64")
 def test_blocks_and_kept_residuals_give_the_same_phase_and_delay_gradients():
     """Budgets that split the work into blocks, with reverse mode keeping the moments and

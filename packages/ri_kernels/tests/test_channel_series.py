@@ -65,6 +65,7 @@ MEASURED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("x64")
 @pytest.mark.parametrize("omega, bend_limit", [(1e-4, 5e-5), (1e-3, 5e-4)])
 def test_series_across_a_channel_against_dense_quadrature_at_every_fine_channel_float64(
@@ -115,6 +116,7 @@ def test_series_gradients_match_the_per_fine_channel_operators_float64():
     assert max(errors) < 5e-4
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("x64")
 def test_kept_moments_at_the_channels_centres_equal_the_formed_ones_float64():
     scene = _scene()

@@ -54,6 +54,7 @@ def test_tiled_layout_pads_to_whole_tiles_and_round_trips(tile):
     assert np.array_equal(np.asarray(P.from_elements(laid, 1, (5, 7, 11))), v)
 
 
+@pytest.mark.slow
 def test_tiled_moments_equal_the_flat_ones_with_curved_elements_float64(x64, tile):
     size = 3 * P._CPU_BLOCK + 37  # not a whole number of tiles: padded
     cubics = _cubics(size)
@@ -72,6 +73,7 @@ def test_tiled_moments_equal_the_flat_ones_with_curved_elements_float64(x64, til
     np.testing.assert_allclose(tiled, flat, rtol=0, atol=1e-13)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("in_view, channel_terms", [(False, 0), (True, 0), (True, 2)])
 def test_tiled_analytic_operator_and_gradients_equal_the_flat_ones_float32(
     tile, in_view, channel_terms
@@ -123,6 +125,7 @@ def test_tiled_grid_fills_whole_tiles_with_the_least_padding():
     assert _analytic._tiled_grid(130816, 240, 4000, 1024, 512)[2:] == (4096, 1)
 
 
+@pytest.mark.slow
 def test_tiled_operator_in_blocks_with_a_factor_and_kept_moments_float32(tile):
     # 12 antennas, 66 baselines, 5 cells; a budget that cuts them into several blocks, so
     # that the tiled grid has blocks of several cells, padded rows and a padded cell block

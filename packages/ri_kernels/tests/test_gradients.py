@@ -148,6 +148,7 @@ def _coefficient_path(budget):
     return N_ANT <= 2 * grid.rows_per_block
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("x64")
 @pytest.mark.parametrize("kept", [False, True], ids=["moments-formed", "moments-kept"])
 @pytest.mark.parametrize("budget", [1 << 28, 1 << 13], ids=["per-antenna", "per-pair-end"])

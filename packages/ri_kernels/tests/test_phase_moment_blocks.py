@@ -34,6 +34,7 @@ def _cubics(size, seed=0):
     return phi0, a, b, c
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("x64")
 def test_blocked_moments_equal_one_chunk_evaluation_float64():
     size = 3 * _CPU_BLOCK + 37  # an odd block count: the loops' padding is exercised
@@ -51,6 +52,7 @@ def test_blocked_moments_equal_one_chunk_evaluation_float64():
     np.testing.assert_allclose(blocked, reference, rtol=0, atol=1e-13)
 
 
+@pytest.mark.slow
 def test_blocked_moments_keep_the_input_dtype_and_shape_float32():
     cubics = tuple(v.astype(np.float32).reshape(3, -1) for v in _cubics(3 * _CPU_BLOCK))
     re, im = cubic_moments_by_order(working_cubic(*cubics), N_MOMENTS)

@@ -203,6 +203,7 @@ def test_zero_cubic_terms_errs_by_more_as_the_cubic_grows():
     assert err[:, 0].min() > 2e-5, err
 
 
+@pytest.mark.slow
 def test_zero_cubic_terms_does_not_depend_on_c():
     phi0, a, b = (jnp.asarray(np.array(v)) for v in zip(*_WITHOUT_CUBIC_ROWS, strict=True))
     c = jnp.full_like(a, 0.5)
