@@ -8,8 +8,8 @@ observation store. See ``docs/data.md`` for the physics and the presets.
 
 from tabascal.observation.beam import airy_voltage, first_null_rad
 from tabascal.simulate.averaging import FineSampling, node_count, rfi_sampling, sky_sampling
-from tabascal.simulate.presets import ORBIT_KINDS, PRESETS, SCHEMA, simulation_config
-from tabascal.simulate.satellites import RfiEmission, SimulationError
+from tabascal.simulate.presets import PRESETS, SCHEMA, simulation_config
+from tabascal.simulate.satellites import ORBIT_KINDS, RfiEmission, SimulationError
 from tabascal.simulate.scene import Scene, SkyModel, build_scene
 from tabascal.simulate.simulation import SimulationPlan, plan, rfi_amplitudes, simulate
 

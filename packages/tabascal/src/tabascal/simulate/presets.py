@@ -8,18 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tabascal.config import ConfigError, Option, Section, merge, validate
+import numpy as np
 
-# Circular-orbit shells: altitude (m), inclination (deg). GNSS values are the constellations'
-# nominal ones; "leo" is a Starlink-like shell and "leo-polar" a sun-synchronous one.
-ORBIT_KINDS = {
-    "gps": (20_180e3, 55.0),
-    "galileo": (23_222e3, 56.0),
-    "glonass": (19_130e3, 64.8),
-    "beidou": (21_528e3, 55.0),
-    "leo": (550e3, 53.0),
-    "leo-polar": (800e3, 98.6),
-}
+from tabascal.config import ConfigError, Option, Section, merge, validate
+from tabascal.observation.beam import beam_x, voltage_table
+from tabascal.simulate.satellites import ORBIT_KINDS
+from tabascal.simulate.scene import build_scene
+from tabascal.simulate.simulation import rfi_amplitudes
 
 ORBIT = Section(
     "one satellite's circular orbit, elements at the start of the observation",
@@ -290,8 +285,6 @@ def simulation_config(
 def observation_scene(preset: str | None = None, overrides: Mapping | None = None, seed=None):
     """The scene of a preset (geometry, emitters, gains, noise) drawn without simulating any
     visibility: what a benchmark or a memory estimate needs at sizes too large to simulate."""
-    from tabascal.simulate.scene import build_scene
-
     return build_scene(simulation_config(preset, overrides, seed))
 
 
@@ -308,11 +301,6 @@ def expected_snr(scene) -> float:
     spectrum included) nor its sky the total flux; the noise adds a 6-sigma excursion (the
     largest of ~1e9 draws).
     """
-    import numpy as np
-
-    from tabascal.observation.beam import beam_x, voltage_table
-    from tabascal.simulate.simulation import rfi_amplitudes
-
     m = scene.meta
     table = voltage_table(beam_x(m.dish_diameter_m, m.freqs_hz.max() + m.chan_width, 1.0))
     amp = rfi_amplitudes(scene, table).astype(np.float64)  # (n_ant, n_sat, n_freq, n_time)

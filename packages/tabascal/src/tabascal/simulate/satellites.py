@@ -17,7 +17,17 @@ import numpy as np
 
 from tabascal import TabascalError
 from tabascal.observation import geometry as geo
-from tabascal.simulate.presets import ORBIT_KINDS
+
+# Circular-orbit shells: altitude (m), inclination (deg). GNSS values are the constellations'
+# nominal ones; "leo" is a Starlink-like shell and "leo-polar" a sun-synchronous one.
+ORBIT_KINDS = {
+    "gps": (20_180e3, 55.0),
+    "galileo": (23_222e3, 56.0),
+    "glonass": (19_130e3, 64.8),
+    "beidou": (21_528e3, 55.0),
+    "leo": (550e3, 53.0),
+    "leo-polar": (800e3, 98.6),
+}
 
 MAX_DRAWS = 2000
 STREAM_SATELLITES = 2  # random stream of numpy.random.default_rng([seed, stream])
