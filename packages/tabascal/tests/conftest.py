@@ -14,9 +14,12 @@ from tabascal.simulate import simulate, simulation_config
 
 @pytest.fixture(scope="session", autouse=True)
 def compilation_cache(tmp_path_factory):
-    # Several tests fit the same small model; a session-wide compilation cache lets the second
-    # and later ones skip XLA compilation, which dominates their run time on a CPU.
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("xla_cache")))
+    # Several tests fit the same small model; a compilation cache lets the second and later
+    # ones skip XLA compilation, which dominates their run time on a CPU. nox gives every
+    # session one cache (JAX_COMPILATION_CACHE_DIR, which jax reads at import); run otherwise,
+    # the tests get one of their own.
+    if not jax.config.jax_compilation_cache_dir:
+        jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("xla_cache")))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 

@@ -61,6 +61,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("x64")  # precision "double": the truncation apart from float32's rounding
 @pytest.mark.parametrize("store, tolerance, channel_terms, chosen, measured", CASES)
 def test_fitted_options_predict_within_their_share_of_the_tolerance(
@@ -113,6 +114,7 @@ SINGLE_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("store, channel_terms, chosen, bound", SINGLE_CASES)
 def test_one_piece_where_no_piece_would_be_curved_float32(
     request, store, channel_terms, chosen, bound

@@ -147,6 +147,7 @@ def _checkpoint_steps(out) -> int:
         return int(saved["history_loss"].size)
 
 
+@pytest.mark.slow
 def test_run_killed_while_checkpointing_keeps_the_previous_checkpoint_and_resumes(
     files, tmp_path, capsys
 ):
@@ -164,6 +165,7 @@ def test_run_killed_while_checkpointing_keeps_the_previous_checkpoint_and_resume
     assert os.listdir(out / "checkpoints") == ["checkpoint.npz"]
 
 
+@pytest.mark.slow
 def test_run_killed_while_writing_results_leaves_none_and_resume_writes_them(files, tmp_path):
     out = tmp_path / "out"
     _killed(_run_args(files, out), "results-block:1")
@@ -177,6 +179,7 @@ def test_run_killed_while_writing_results_leaves_none_and_resume_writes_them(fil
     assert sorted(os.listdir(out)) == CLEAN_OUTPUT
 
 
+@pytest.mark.slow
 def test_run_killed_before_its_first_checkpoint_is_run_again_afresh(files, tmp_path, caplog):
     out = tmp_path / "out"
     _killed(_run_args(files, out), "checkpoint:1")
@@ -193,6 +196,7 @@ HOLD_LOCK = (
 )
 
 
+@pytest.mark.slow
 def test_a_second_run_into_a_folder_in_use_is_refused_and_a_killed_holder_is_taken_over(
     files, tmp_path, capsys, caplog
 ):

@@ -91,6 +91,7 @@ def test_abstract_model_has_the_shapes_and_constants_of_the_built_model(obs, con
     assert isinstance(abstract.constants.sky.mean, jax.ShapeDtypeStruct)
 
 
+@pytest.mark.slow
 def test_stages_compiled_from_abstract_shapes_use_the_memory_of_real_arrays(obs, config):
     model = joint.build(obs, config)
     abstract = joint.abstract_model(obs.meta, config, snr=model.info["rfi_snr"])

@@ -74,6 +74,7 @@ def test_small_groups_merge_upwards_to_the_group_limit():
         assert spec.operator == "analytic" or spec.n_time_samples >= need
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("x64")  # precision "double"
 def test_loss_gradient_matches_finite_differences(obs):
     config = run_config.model_config(run_config.load({"precision": "double"}))
@@ -113,6 +114,7 @@ def _vdot(a, b) -> float:
     return float(sum(jnp.vdot(x, y) for x, y in pairs))
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("x64")  # precision "double"
 def test_gauss_newton_product_is_the_model_tangents_weighted_square(obs):
     """v' G v = (sum over unflagged cells |J v|^2 / noise^2 + |v|^2) / N, with J v by central
@@ -152,6 +154,7 @@ def test_gauss_newton_product_is_the_model_tangents_weighted_square(obs):
         assert float(np.max(np.abs(np.asarray(got) - np.asarray(ref)))) <= 5e-14 * scale
 
 
+@pytest.mark.slow
 def test_demo_fit_from_data_estimates_reaches_the_noise_and_recovers_the_sky(demo_store):
     # The `tabascal demo` configuration on the demo preset, initialised from the data alone.
     obs = read_observation(demo_store)
@@ -314,6 +317,7 @@ def test_satellite_view_finds_each_crossing_of_the_minimum_elevation(obs):
     assert joint.satellite_view(obs, joint.ModelConfig()) is None
 
 
+@pytest.mark.slow
 def test_a_rising_satellites_partial_integration_is_predicted_as_well_as_a_whole_one(
     rising_store,
 ):

@@ -196,6 +196,7 @@ def test_flat_spectral_index_simulates_the_per_baseline_store_bit_for_bit(flat_p
     np.testing.assert_allclose(noise, expected, rtol=1e-14)  # measured: equal
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shard_axis", ["none", "baseline"])
 def test_fit_with_equal_channels_equals_the_per_baseline_fit(flat_pair, tmp_path, shard_axis):
     """The same data with the noise per baseline, and per baseline and channel with every
@@ -268,6 +269,7 @@ def test_per_channel_estimate_recovers_the_simulated_noise(band_store):
     np.testing.assert_array_equal(by_blocks.read(rows).noise, estimated.noise[rows])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shard_axis", ["none", "baseline"])
 def test_run_with_the_per_channel_estimate_fits_with_it(band_store, tmp_path, shard_axis):
     """On the whole-observation route and on the baseline axis (block by block) the fit's

@@ -124,6 +124,7 @@ def _model(store, fit, precision="single", init="data", **rfi):
     return joint.build(read_observation(store), run_config.model_config(config), init=init)
 
 
+@pytest.mark.slow
 def test_zero_corrections_reproduce_the_fixed_orbit_model_exactly(shifted_store):
     # init "prior": the same draws for both, and the corrections at zero (init "data" would
     # start them at the time-offset search's)
@@ -139,6 +140,7 @@ def test_zero_corrections_reproduce_the_fixed_orbit_model_exactly(shifted_store)
     assert float(loss_a) == float(loss_b)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("operator", "signal"),
     [("quadrature", "per_antenna"), ("analytic", "per_antenna"), ("quadrature", "shared")],
@@ -277,6 +279,7 @@ def _recovery_fit(store, out, fit):
     return summary["truth"]["rfi"]["rmse_over_noise"], summary.get("orbits")
 
 
+@pytest.mark.slow
 def test_corrections_recover_a_displaced_leo_orbit(true_store, shifted_store, tmp_path):
     """Handed orbits 0.2 s along track and 500 m radially off: with corrections the RFI left
     in the cleaned data comes near the true orbits' fit, and the offsets near the exact ones."""

@@ -54,6 +54,7 @@ def _fitted_params(obs, out, config):
     return model, state.params
 
 
+@pytest.mark.slow
 def test_satellite_cubes_add_up_to_rfi_vis_and_each_is_that_satellite_alone(obs, fitted):
     out, summary, config = fitted
     results = zarr.open_group(str(out / "results.zarr"), mode="r")

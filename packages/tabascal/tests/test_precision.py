@@ -35,6 +35,7 @@ def test_run_computes_in_its_precision_and_leaves_the_64_bit_mode_off(
     assert summary["steps"] == 2 and np.isfinite(summary["chi2_final"])
 
 
+@pytest.mark.slow
 def test_plan_sizes_a_double_run_in_float64_and_leaves_the_64_bit_mode_off(small_store, capsys):
     """``tabascal plan`` builds the step in the run's precision: a double run's step needs
     about twice a single one's temporaries (measured 1.3 MiB against 0.7; before the plan took

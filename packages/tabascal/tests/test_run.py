@@ -83,6 +83,7 @@ def test_resume_reaches_the_same_result_as_an_uninterrupted_run(obs, tmp_path):
     assert whole["steps"] == 6
 
 
+@pytest.mark.slow
 def test_resume_from_a_checkpoint_written_in_the_polish_reaches_the_same_result(obs, tmp_path):
     """Three gradient steps, then trust-region steps: stopped after the first polish step (its
     checkpoint holds the polish's state alone) and resumed to the third, as one run."""
@@ -99,6 +100,7 @@ def test_resume_from_a_checkpoint_written_in_the_polish_reaches_the_same_result(
     assert set(whole["step_phases"]) == {"gradient", "polish"}
 
 
+@pytest.mark.slow
 def test_a_gauss_newton_polish_runs_and_lowers_the_fit_below_its_gradient_phases(obs, tmp_path):
     """fit.polish_curvature: gauss-newton reaches the polish's products through ``tabascal
     run`` (``routes.Route.curvature_fn``): three trust-region steps on them after three
@@ -189,6 +191,7 @@ def test_summary_names_the_collectives_of_the_step(obs, tmp_path):
     assert summary["per_device_peak_bytes"][0] >= summary["step_memory"]["arguments"]
 
 
+@pytest.mark.slow
 def test_run_and_plan_commands(small_store, tmp_path, capsys):
     config = tmp_path / "config.yaml"
     config.write_text(
@@ -271,6 +274,7 @@ def test_guard_paths_refuse_with_what_to_do(tmp_path):
     assert use_devices(0) == "--devices 0: the device count must be at least 1"
 
 
+@pytest.mark.slow
 def test_run_and_plan_report_whether_the_phase_moments_are_kept(small_store, tmp_path, capsys):
     """The analytic group's phase moments kept (the default, within the budget) and formed at
     every step give the same fit, and summary.json and ``tabascal plan`` say which was done.
@@ -316,6 +320,7 @@ def test_run_and_plan_report_whether_the_phase_moments_are_kept(small_store, tmp
     assert a == pytest.approx(b, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_a_fit_whose_polish_would_not_fit_a_device_is_refused_before_its_first_step(
     obs, tmp_path, monkeypatch
 ):

@@ -6,9 +6,14 @@ figures from slipping. Single precision, as shipped.
 
 import json
 
+import pytest
+
 from tabascal.config import run_config
 from tabascal.fitting import job
 from tabascal.store import read_observation
+
+# Whole fits of the demo store, minutes on a CPU: not run by ``nox -s fast``.
+pytestmark = pytest.mark.slow
 
 
 def test_demo_fit_with_the_defaults_leaves_an_eighth_of_the_noise_and_learns_the_gains(
