@@ -167,7 +167,7 @@ def preset_model(
     planning assumes; config_extra overrides the run configuration. Returns (abstract model,
     run configuration, geometry)."""
     from tabascal.config import run_config as rc
-    from tabascal.model import joint
+    from tabascal.model import frame, joint
     from tabascal.simulate import presets
 
     scene = presets.observation_scene(preset, preset_overrides(channels, extra))
@@ -175,7 +175,7 @@ def preset_model(
     config = run_config(rfi, extra=config_extra)
     model_config = rc.model_config(config)
     if geom is None:
-        geom = joint.observation_geometry(scene.meta, model_config)
+        geom = frame.observation_geometry(scene.meta, model_config)
     level = (snr * noise / scene.meta.n_sat) ** 0.5
     model = joint.abstract_model(
         scene.meta, model_config, snr=snr, rfi_level=level, sky_sigma=noise, geom=geom

@@ -81,7 +81,7 @@ def main(argv=None) -> list[dict]:
 
     import ri_kernels
     from tabascal.config import load_yaml, run_config
-    from tabascal.model import joint, rfi_vis
+    from tabascal.model import frame, joint, rfi_vis
     from tabascal.simulate import simulate, simulation_config
     from tabascal.store import read_observation
 
@@ -96,7 +96,7 @@ def main(argv=None) -> list[dict]:
             simulate(simulation_config("demo", scenario), store, progress=False)
             obs = read_observation(store)
             model = joint.build(obs, config)
-            geom = joint.observation_geometry(obs, config)
+            geom = frame.observation_geometry(obs, config)
             labels, specs = rfi_vis.plan_groups(
                 geom.time_cycles, geom.freq_cycles, model.info["rfi_snr"], config.rfi_vis
             )

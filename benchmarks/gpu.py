@@ -216,11 +216,11 @@ def run_case(spec: dict) -> dict:
 
 def _geometry_file(preset, channels, extra, folder: Path) -> Path:
     from tabascal.config import run_config as rc
-    from tabascal.model import joint
+    from tabascal.model import frame
     from tabascal.simulate import presets
 
     meta = presets.observation_meta(preset, _common.preset_overrides(channels, extra))
-    geom = joint.observation_geometry(meta, rc.model_config(_common.run_config("hybrid")))
+    geom = frame.observation_geometry(meta, rc.model_config(_common.run_config("hybrid")))
     path = folder / f"geometry_{channels}.pkl"
     with open(path, "wb") as f:
         pickle.dump(geom, f)

@@ -57,7 +57,7 @@ def _arguments(argv=None):
 def sky_modes(meta, model_config, geometry, max_groups: int) -> dict:
     """The sky's one box for every baseline against each baseline's own, and in groups with
     their own boxes (``sky.group_boxes``, at most 1..max_groups; the model's own is
-    ``sky.groups``); geometry: ``joint.observation_geometry``'s."""
+    ``sky.groups``); geometry: ``frame.observation_geometry``'s."""
     from dataclasses import replace
 
     from tabascal.model import sky
@@ -157,7 +157,7 @@ def main(argv=None) -> dict:
     import jax
 
     from tabascal.config import run_config
-    from tabascal.model import joint
+    from tabascal.model import frame, joint
     from tabascal.simulate import presets
 
     jax.config.update("jax_enable_x64", False)
@@ -170,7 +170,7 @@ def main(argv=None) -> dict:
     config = _common.run_config(options.rfi)
     model_config = run_config.model_config(config)
     start = time.perf_counter()
-    geometry = joint.observation_geometry(meta, model_config)
+    geometry = frame.observation_geometry(meta, model_config)
     model = joint.abstract_model(meta, model_config, snr=presets.expected_snr(scene), geom=geometry)
     cube = meta.n_bl * meta.n_freq * meta.n_time * 8
     params = sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree.leaves(model.params))

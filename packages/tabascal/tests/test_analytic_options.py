@@ -9,7 +9,7 @@ import pytest
 
 import ri_kernels
 from tabascal.config import run_config
-from tabascal.model import joint, rfi_signal, rfi_vis
+from tabascal.model import frame, joint, rfi_signal, rfi_vis
 from tabascal.simulate import simulate, simulation_config
 from tabascal.store import read_observation
 
@@ -121,7 +121,7 @@ def test_one_piece_where_no_piece_would_be_curved_float32(
 ):
     obs = read_observation(request.getfixturevalue(store))
     config = run_config.model_config(run_config.load({}))
-    geom = joint.observation_geometry(obs, config)
+    geom = frame.observation_geometry(obs, config)
     args = (obs.freqs_hz, obs.chan_width, obs.int_time)
     curvature = rfi_vis.curvature_phase_bound(geom.delay_us, np.arange(obs.n_ant), *args)
     switch = ri_kernels.curvature_switch(config.rfi_vis.terms, np.float32)  # 0.20 rad

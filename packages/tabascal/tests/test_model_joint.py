@@ -11,7 +11,7 @@ import pytest
 from tabascal.cli.fit import DEMO_CONFIG
 from tabascal.config import run_config
 from tabascal.fitting import optimiser
-from tabascal.model import gains, joint, rfi_signal, rfi_vis
+from tabascal.model import gains, joint, rfi_signal, rfi_vis, satellites
 from tabascal.observation import geometry
 from tabascal.observation.geometry import CircularOrbits
 from tabascal.store import read_observation
@@ -259,10 +259,10 @@ def test_a_satellite_out_of_view_adds_exactly_zero_and_gets_no_gradient(obs):
     )
     limit = float(np.median(elevation[0]))
     config = run_config.model_config(run_config.load({"satellites": {"min_elevation_deg": limit}}))
-    view = joint.satellite_view(obs, config)[0]
+    view = satellites.satellite_view(obs, config)[0]
     down = view[:, 1] == view[:, 0]  # below for the whole integration
     assert 0 < down.sum() < obs.n_time - 1
-    read = joint.stencil_reach(~down[None], config.rfi_vis.time_stencil)[0]
+    read = satellites.stencil_reach(~down[None], config.rfi_vis.time_stencil)[0]
     assert np.any(down & ~read) and np.any(down & read)
     model = joint.build(obs, config, init="prior", seed=1)
     signal = model.constants.rfi_signal
@@ -296,7 +296,7 @@ def test_satellite_view_finds_each_crossing_of_the_minimum_elevation(obs):
     )
     limit = float(np.median(elevation[0]))
     config = run_config.model_config(run_config.load({"satellites": {"min_elevation_deg": limit}}))
-    view = joint.satellite_view(obs, config)
+    view = satellites.satellite_view(obs, config)
     x = np.linspace(-1, 1, 2001)
     times = (obs.times_s[:, None] + x * obs.int_time / 2).ravel()
     scan = geometry.satellite_elevation(obs.ant_itrf, obs.orbits, times, obs.gast0_rad)
@@ -314,7 +314,7 @@ def test_satellite_view_finds_each_crossing_of_the_minimum_elevation(obs):
     # one view with a crossing per integration in which the scan changes sign
     assert crossed == np.sum(above.any(axis=2) & ~above.all(axis=2)) >= 1
     # With every satellite up throughout, no view: the operators' tables are shared.
-    assert joint.satellite_view(obs, joint.ModelConfig()) is None
+    assert satellites.satellite_view(obs, joint.ModelConfig()) is None
 
 
 @pytest.mark.slow
@@ -332,7 +332,7 @@ def test_a_rising_satellites_partial_integration_is_predicted_as_well_as_a_whole
             run_config.load({"precision": "double", "rfi": {"time_stencil": 1}})
         )
         model = joint.build(rise_obs, config)
-        view = joint.satellite_view(rise_obs, config)[0]
+        view = satellites.satellite_view(rise_obs, config)[0]
         (rise,) = np.flatnonzero(view[:, 0] > -1) [-1:]  # fmt: skip
         assert -1 < view[rise, 0] < 1 and view[rise, 1] == 1  # measured: rises at x = -0.54
         c = model.constants
@@ -371,7 +371,7 @@ def test_the_truth_start_fits_a_rising_satellites_signal_where_it_is_up(rising_s
     config = joint.ModelConfig()
     model = joint.build(rise_obs, config, init="truth")
     c = model.constants.rfi_signal
-    up = joint.satellites_in_view(rise_obs, config)[0]  # (n_time,)
+    up = satellites.satellites_in_view(rise_obs, config)[0]  # (n_time,)
     reach = np.asarray(c.mask, bool)[0, 0, 0]
     assert np.any(reach & ~up)  # the stencils read integrations below the horizon
     signal = np.abs(np.asarray(rfi_signal.forward(model.params.rfi, c)))[:, 0]
@@ -423,9 +423,9 @@ def test_geometric_time_scale_is_the_sidelobe_crossing_time_over_two_pi(obs):
     config = run_config.model_config(
         run_config.load({"rfi": {"time_scale": "geometric", **per_antenna}})
     )
-    times = joint.rfi_time_scales(leo, config)
+    times = satellites.rfi_time_scales(leo, config)
     fixed_config = run_config.load({"rfi": {"time_scale": "fixed", **per_antenna}})
-    fixed = joint.rfi_time_scales(leo, run_config.model_config(fixed_config))
+    fixed = satellites.rfi_time_scales(leo, run_config.model_config(fixed_config))
     np.testing.assert_array_equal(fixed, 100.0)
 
     centre = obs.ant_itrf.mean(axis=0)
@@ -453,8 +453,8 @@ def test_shared_signal_factor_is_the_truths_amplitude_up_to_one_signal_per_satel
     towards the satellite over its range; the model's factor must carry all of the antenna
     dependence, so truth / factor is the same on every antenna."""
     config = run_config.model_config(run_config.load({"rfi": {"signal": "shared"}}))
-    in_view = joint.satellites_in_view(obs, config)
-    factor = joint.rfi_antenna_factor(obs, in_view)
+    in_view = satellites.satellites_in_view(obs, config)
+    factor = satellites.rfi_antenna_factor(obs, in_view)
     truth = np.asarray(obs.truth.rfi_amp, np.float64)
     live = np.abs(factor) > 1e-3 * np.abs(factor).max()
     ratio = np.where(live, truth / np.where(live, factor, 1.0), np.nan)
@@ -482,7 +482,9 @@ def test_shared_signal_is_one_signal_per_satellite_times_the_factor(obs):
     one = np.asarray(rfi_signal.forward(model.params.rfi, alone))
     np.testing.assert_allclose(signal, one * np.asarray(c.factor), rtol=1e-12, atol=0)
     # Its time scale is corr_time_s: the swings across the beam are in the factor.
-    np.testing.assert_array_equal(joint.rfi_time_scales(obs, config), config.rfi_signal.corr_time_s)
+    np.testing.assert_array_equal(
+        satellites.rfi_time_scales(obs, config), config.rfi_signal.corr_time_s
+    )
 
 
 def test_shared_estimate_recovers_the_signal_that_made_per_antenna_estimates(obs):

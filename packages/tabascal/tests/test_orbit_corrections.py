@@ -10,7 +10,7 @@ import pytest
 
 from tabascal.config import ConfigError, run_config
 from tabascal.fitting import job
-from tabascal.model import joint, orbit_corrections
+from tabascal.model import joint, orbit_corrections, satellites
 from tabascal.observation import geometry
 from tabascal.observation.orbit_offsets import OffsetOrbits
 from tabascal.simulate import simulate
@@ -187,10 +187,10 @@ def test_loss_gradient_in_each_orbit_parameter_matches_finite_differences(
 
 def test_the_shared_signal_factor_follows_the_displaced_geometry(meta, x64):
     """The factor's second-order expansion against the factor of the displaced orbits."""
-    in_view = joint.satellites_in_view(meta, joint.ModelConfig())
+    in_view = satellites.satellites_in_view(meta, joint.ModelConfig())
 
     def factor(m):
-        return joint.rfi_antenna_factor(m, in_view)
+        return satellites.rfi_antenna_factor(m, in_view)
 
     first, second = orbit_corrections.derivatives(factor, meta, 4)
     unit = jnp.ones(meta.n_sat)

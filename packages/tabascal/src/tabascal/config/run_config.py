@@ -2,7 +2,7 @@
 
 Every key, its unit and its default is listed in ``docs/config.md``; ``tabascal run
 --list-keys`` prints the same from this schema. A config file need only name what it changes.
-A key that sets a field of a settings dataclass (``optimiser.FitConfig``, ``joint.ModelConfig``
+A key that sets a field of a settings dataclass (``optimiser.FitConfig``, ``frame.ModelConfig``
 and its components) takes its type, default, doc and limits from that field (``option_from``);
 the keys that belong to the run job alone are declared here.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 from tabascal.config import ConfigError, Option, Section, option_from, validate
 from tabascal.fitting import data_noise, optimiser, satellites
-from tabascal.model import gains, joint, orbit_corrections, rfi_signal, rfi_vis, sky
+from tabascal.model import frame, gains, orbit_corrections, rfi_signal, rfi_vis, sky
 from tabascal.parallel.routes import SHARD_AXES
 
 SHARD_AXIS_ENV = "TABASCAL_SHARD_AXIS"
@@ -29,8 +29,8 @@ _SKY = Section(
     "Sky: a Fourier Gaussian process per baseline over (channel, time).",
     {
         **_options(sky.SkyConfig, "bandwidth_hz", "knee_factor", "rolloff", "cutoff", "groups"),
-        "sigma": option_from(joint.ModelConfig, "sky_sigma"),
-        "fov_radius_deg": option_from(joint.ModelConfig, "fov_radius_deg"),
+        "sigma": option_from(frame.ModelConfig, "sky_sigma"),
+        "fov_radius_deg": option_from(frame.ModelConfig, "fov_radius_deg"),
     },
 )
 
@@ -39,7 +39,7 @@ _RFI = Section(
     {
         **_options(rfi_signal.RfiSignalConfig, "corr_time_s", "time_scale", "signal"),
         **_options(rfi_signal.RfiSignalConfig, "bandwidth_hz"),
-        "sigma": option_from(joint.ModelConfig, "rfi_sigma"),
+        "sigma": option_from(frame.ModelConfig, "rfi_sigma"),
         **_options(
             rfi_vis.RfiVisConfig,
             "quadrature_limit",
@@ -70,7 +70,7 @@ _GAINS = Section(
 SCHEMA = Section(
     "tabascal run configuration",
     {
-        "precision": option_from(joint.ModelConfig, "precision"),
+        "precision": option_from(frame.ModelConfig, "precision"),
         "data": Section(
             "The observation's data as the fit takes them.",
             {
@@ -119,7 +119,7 @@ SCHEMA = Section(
                     "each satellite's RFI from the fringe-stopped data (fringe), or auto: "
                     "fringe where one process reads every row (not the baseline axis, which "
                     "reads them block by block) and the estimate fits in memory, else data",
-                    choices=joint.INITS,
+                    choices=frame.INITS,
                 ),
                 "seed": Option(int, 0, "seed of the prior draw (init: prior)", min=0),
             },
@@ -130,7 +130,7 @@ SCHEMA = Section(
                 "tle_file": Option(
                     str, None, "TLE file whose orbits replace the observation's", nullable=True
                 ),
-                "min_elevation_deg": option_from(joint.ModelConfig, "min_elevation_deg"),
+                "min_elevation_deg": option_from(frame.ModelConfig, "min_elevation_deg"),
                 "catalogue_numbers": Option(
                     list,
                     None,
@@ -231,9 +231,9 @@ def _values(config: dict, cls: type) -> dict[str, Any]:
     return values
 
 
-def model_config(config: dict) -> joint.ModelConfig:
+def model_config(config: dict) -> frame.ModelConfig:
     """The model settings of a validated configuration."""
-    return joint.ModelConfig(
+    return frame.ModelConfig(
         sky=sky.SkyConfig(**_values(config, sky.SkyConfig)),
         rfi_signal=rfi_signal.RfiSignalConfig(**_values(config, rfi_signal.RfiSignalConfig)),
         rfi_vis=rfi_vis.RfiVisConfig(**_values(config, rfi_vis.RfiVisConfig)),
@@ -241,7 +241,7 @@ def model_config(config: dict) -> joint.ModelConfig:
         orbits=orbit_corrections.OrbitFitConfig(
             **_values(config, orbit_corrections.OrbitFitConfig)
         ),
-        **_values(config, joint.ModelConfig),
+        **_values(config, frame.ModelConfig),
     )
 
 

@@ -196,7 +196,7 @@ def delay_derivatives(meta, n_par: int) -> tuple[np.ndarray, np.ndarray]:
 def make_constants(config: OrbitFitConfig, meta, real, factor=None) -> OrbitConstants | None:
     """The corrections' constants for observation metadata ``meta``; None with ``fit: none``
     or no satellites. factor: None, or the shared RFI signal's per-antenna factor as a
-    function of the metadata (``joint.rfi_antenna_factor``), whose derivatives the
+    function of the metadata (``satellites.rfi_antenna_factor``), whose derivatives the
     corrections then carry too: the beam's voltage towards a satellite moves with its orbit."""
     if config.fit == "none" or meta.n_sat == 0:
         return None

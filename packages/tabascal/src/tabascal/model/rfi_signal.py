@@ -9,7 +9,7 @@ with a separable Gaussian kernel exp(-dnu^2 / (2 bandwidth_hz^2)) exp(-dt^2 / (2
 spectra exp(-2 pi^2 bandwidth_hz^2 eta^2) and exp(-2 pi^2 T_r^2 nu^2), each normalised to sum 1
 over its kept modes, so E|s - mean|^2 = scale^2 in every cell. The correlation time T_r is
 ``corr_time_s`` for every source, or one per source (``make_constants(corr_time_s=...)``, from
-the geometry: ``joint.rfi_time_scales``); the time lattice is then the one of the longest
+the geometry: ``satellites.rfi_time_scales``); the time lattice is then the one of the longest
 (padding) and the shortest (modes kept), shared by all. Padding
 and truncation as in ``_fourier``, the padding uncapped: wrapped correlations stay below
 ``wrap_tolerance`` even for correlation times longer than the observation, for a few extra
@@ -24,7 +24,7 @@ Two signal models (``RfiSignalConfig.signal``):
       s[a, r, f, t] = factor[a, r, f, t] u[r, f, t],
 
   factor = the station beam's voltage towards the satellite over its distance
-  (``joint.rfi_antenna_factor``), normalised per source. The satellite's emission is then the
+  (``satellites.rfi_antenna_factor``), normalised per source. The satellite's emission is then the
   only unknown, which leaves the antenna gains identifiable from the RFI (a free per-antenna
   signal absorbs any gain). The modes z, the scale and the mean then have an antenna axis of
   length 1, and u's correlation time is ``corr_time_s``: the fast swings across the beam's
@@ -55,13 +55,13 @@ class RfiSignalConfig:
       corr_time_s: correlation time of the Gaussian kernel in time (s); with
         ``time_scale`` "geometric", the longest any source gets.
       time_scale: "fixed" (corr_time_s for every source) or "geometric" (each satellite's own,
-        from how fast it crosses the station beam's sidelobes: ``joint.rfi_time_scales``).
+        from how fast it crosses the station beam's sidelobes: ``satellites.rfi_time_scales``).
       bandwidth_hz: correlation bandwidth of the Gaussian kernel in frequency (Hz).
       cutoff: relative power (per axis) below which modes are dropped, in (0, 1).
       wrap_tolerance: wrapped correlation allowed by the padding, in (0, 1).
 
     The prior's scale is not a setting of its own: ``make_constants`` takes it per (antenna,
-    source) (``joint.ModelConfig.rfi_sigma``, or estimated from the data).
+    source) (``frame.ModelConfig.rfi_sigma``, or estimated from the data).
     """
 
     corr_time_s: float = option_field(100.0, "correlation time of the signal", "s", min=1e-3)

@@ -95,7 +95,7 @@ class SkyConfig:
         fewer where more would not hold fewer modes.
 
     The prior's scale is not a setting of its own: ``make_constants`` takes it per baseline
-    (``joint.ModelConfig.sky_sigma``, or estimated from the data).
+    (``frame.ModelConfig.sky_sigma``, or estimated from the data).
     """
 
     bandwidth_hz: float | None = option_field(
