@@ -49,7 +49,7 @@ def use_cpu_scheduler(name: str) -> None:
 def run_config(rfi: str, precision: str = "single", extra: dict | None = None) -> dict:
     """The validated run configuration of the benchmarks for an RFI route."""
     from tabascal.config import merge
-    from tabascal.config import run_config as rc
+    from tabascal.fitting import run_config as rc
 
     if rfi not in RFI_ROUTES:
         raise ValueError(f"rfi {rfi!r} is not known; choose one of {', '.join(RFI_ROUTES)}")
@@ -166,7 +166,7 @@ def preset_model(
     unit noise: the RFI level gives |V| ~ snr noise on the shortest baselines, as the group
     planning assumes; config_extra overrides the run configuration. Returns (abstract model,
     run configuration, geometry)."""
-    from tabascal.config import run_config as rc
+    from tabascal.fitting import run_config as rc
     from tabascal.model import frame, joint
     from tabascal.simulate import presets
 

@@ -80,7 +80,8 @@ def main(argv=None) -> list[dict]:
     import numpy as np
 
     import ri_kernels
-    from tabascal.config import load_yaml, run_config
+    from tabascal.config import load_yaml
+    from tabascal.fitting import run_config
     from tabascal.model import frame, joint, rfi_vis
     from tabascal.simulate import simulate, simulation_config
     from tabascal.store import read_observation

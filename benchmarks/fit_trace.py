@@ -54,11 +54,13 @@ def _arguments(argv=None):
 
 def _placed(scenario: str, steps: int, config_path: Path | None):
     """The scenario simulated and its model placed as ``tabascal run`` places it on one
-    device; the fit configuration, the run configuration and the noise-scaled source (its
-    truth read by the scores)."""
+    device; the fit configuration, the run plan and the noise-scaled source (its truth read by
+    the scores)."""
+    import dataclasses
+
     from tabascal import fitting
     from tabascal.config import load_yaml, merge
-    from tabascal.config import run_config as rc
+    from tabascal.fitting import run_config as rc
     from tabascal.model import joint
     from tabascal.parallel import blockwise, routes
     from tabascal.simulate import simulate, simulation_config
@@ -70,13 +72,16 @@ def _placed(scenario: str, steps: int, config_path: Path | None):
         obs = read_observation(store)
     overrides = load_yaml(config_path) if config_path else {}
     config = rc.load(merge(overrides, {"fit": {"steps": steps, "checkpoint_every": 0}}))
+    plan = fitting.plan_run(config, shard_axis="none", reuse_plan=False)
     route = routes.route("none", False)
     source = blockwise.MemoryRows(obs)
-    init = joint.resolve_init(config["fit"]["init"], source.meta, 1, by_block=False)
-    config = {**config, "fit": {**config["fit"], "init": init}}
-    source = fitting.noise_source(source, config["data"])
-    placed = fitting.placed_model(route, source, config, False)
-    return route, placed, rc.fit_config(config), config, source
+    init = joint.resolve_init(plan.init, source.meta, 1, by_block=False)
+    plan = dataclasses.replace(plan, init=init)
+    source = fitting.noise_source(
+        source, noise=plan.data.noise, noise_per_channel=plan.data.noise_per_channel
+    )
+    placed = fitting.placed_model(route, source, plan, False)
+    return route, placed, plan.fit, plan, source
 
 
 def main(argv=None) -> list[dict]:
@@ -87,7 +92,7 @@ def main(argv=None) -> list[dict]:
     from tabascal import fitting
 
     jax.config.update("jax_enable_x64", False)
-    route, placed, fit, config, source = _placed(options.scenario, options.steps, options.config)
+    route, placed, fit, plan, source = _placed(options.scenario, options.steps, options.config)
 
     def scores(params) -> dict:
         out = fitting.predict_outputs(route, placed, params)
@@ -103,7 +108,7 @@ def main(argv=None) -> list[dict]:
     total = fit.total_steps
     if options.polish_limit is not None:
         total = min(total, switch + options.polish_limit)
-    print(f"{options.scenario}: init {config['fit']['init']}; {fit.steps} + "
+    print(f"{options.scenario}: init {plan.init}; {fit.steps} + "
           f"{fit.second_phase_steps} gradient steps, {fit.polish_steps} {fit.polish} "
           "steps")  # fmt: skip
     inputs = (placed.constants, placed.data)
@@ -113,7 +118,7 @@ def main(argv=None) -> list[dict]:
     step = step.lower(state, inputs).compile()
     rows, losses, start, scoring = [], [], time.perf_counter(), 0.0
     record = {**_common.provenance(["benchmarks/fit_trace.py", *(argv or sys.argv[1:])]),
-              "scenario": options.scenario, "init": config["fit"]["init"],
+              "scenario": options.scenario, "init": plan.init,
               "schedule": {"steps": fit.steps, "second_phase_steps": fit.second_phase_steps,
                            "polish": fit.polish, "polish_steps": fit.polish_steps,
                            "polish_cg_steps": fit.polish_cg_steps,

@@ -98,7 +98,7 @@ def bound(name: str, simulation: dict, where: Path, block: int) -> dict:
     import numpy as np
     from jax.flatten_util import ravel_pytree
 
-    from tabascal.config import run_config
+    from tabascal.fitting import run_config
     from tabascal.model import gains, joint
     from tabascal.simulate import simulate, simulation_config
     from tabascal.store import read_observation

@@ -125,8 +125,8 @@ def run_case(spec: dict) -> dict:
     import jax
 
     from tabascal import parallel, planning
-    from tabascal.config import run_config as rc
     from tabascal.fitting import optimiser
+    from tabascal.fitting import run_config as rc
 
     start = began = time.perf_counter()
     log = open(spec["progress"], "a", buffering=1)  # line-buffered: lines as they happen
@@ -215,7 +215,7 @@ def run_case(spec: dict) -> dict:
 
 
 def _geometry_file(preset, channels, extra, folder: Path) -> Path:
-    from tabascal.config import run_config as rc
+    from tabascal.fitting import run_config as rc
     from tabascal.model import frame
     from tabascal.simulate import presets
 

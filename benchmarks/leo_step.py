@@ -61,7 +61,7 @@ def _arguments(argv=None):
 
 def _model(obs, rfi: dict, precision: str):
     from tabascal import parallel
-    from tabascal.config import run_config as rc
+    from tabascal.fitting import run_config as rc
     from tabascal.model import joint
 
     config = rc.load({"precision": precision, "rfi": rfi})
@@ -150,8 +150,8 @@ def main(argv=None) -> list[dict]:
     import jax
 
     from tabascal.config import load_yaml
-    from tabascal.config import run_config as rc
     from tabascal.fitting import optimiser
+    from tabascal.fitting import run_config as rc
     from tabascal.model import joint
     from tabascal.simulate import simulate, simulation_config
     from tabascal.store import read_observation

@@ -200,7 +200,7 @@ def main(argv=None) -> list[dict]:
 
     import jax
 
-    from tabascal.config import run_config
+    from tabascal.fitting import run_config
     from tabascal.model import joint
     from tabascal.simulate import presets
 

@@ -43,7 +43,7 @@ def floor(obs, time_stencil: int, freq_stencil: int) -> tuple[float, dict]:
     import jax
     import numpy as np
 
-    from tabascal.config import run_config
+    from tabascal.fitting import run_config
     from tabascal.model import joint, rfi_vis
 
     with jax.enable_x64(True):

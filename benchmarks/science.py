@@ -81,7 +81,8 @@ def fit_scenario(store: Path, out: Path, steps: int, run_overrides: dict) -> dic
     import zarr
 
     from tabascal import fitting
-    from tabascal.config import merge, run_config
+    from tabascal.config import merge
+    from tabascal.fitting import run_config
     from tabascal.store import read_observation
 
     obs = read_observation(store)

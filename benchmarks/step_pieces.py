@@ -156,7 +156,7 @@ def main(argv=None) -> dict:
     _common.use_cpu_devices(1)
     import jax
 
-    from tabascal.config import run_config
+    from tabascal.fitting import run_config
     from tabascal.model import frame, joint
     from tabascal.simulate import presets
 

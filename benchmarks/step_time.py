@@ -443,8 +443,8 @@ def main(argv=None) -> list[dict]:
     _common.use_cpu_devices(options.devices)
     import jax
 
-    from tabascal.config import run_config as rc
     from tabascal.fitting import optimiser
+    from tabascal.fitting import run_config as rc
 
     jax.config.update("jax_enable_x64", False)
     extra = {

@@ -66,7 +66,7 @@ def single_device_reference(store, config: dict):
     at the prior draw (init "prior"): what a sharded route's loss and gradient must equal."""
     import numpy as np
 
-    from tabascal.config import run_config
+    from tabascal.fitting import run_config
     from tabascal.model import joint
     from tabascal.store import read_observation
 

@@ -2,7 +2,8 @@
 
 from pathlib import Path
 
-from tabascal.config import Section, run_config
+from tabascal.config import Section
+from tabascal.fitting import run_config
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

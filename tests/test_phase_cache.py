@@ -15,7 +15,7 @@ from conftest import host_memory_bytes
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tabascal.config import run_config
+from tabascal.fitting import run_config
 from tabascal.model import joint
 from tabascal.parallel import routes
 from tabascal.store import read_observation

@@ -9,7 +9,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tabascal.config import run_config
+from tabascal.fitting import run_config
 from tabascal.model import joint
 from tabascal.observation import geometry
 from tabascal.parallel import baseline_axis, source_axis

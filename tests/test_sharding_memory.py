@@ -31,8 +31,7 @@ from conftest import require_devices
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tabascal.config import run_config
-from tabascal.fitting import optimiser
+from tabascal.fitting import optimiser, run_config
 from tabascal.model import gains, joint, likelihood, sky
 from tabascal.parallel import baseline_axis, routes
 from tabascal.planning import memory

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 from conftest import require_devices
 
-from tabascal.config import run_config
-from tabascal.fitting import job
+from tabascal.fitting import job, run_config
 from tabascal.model import joint, orbit_corrections
 from tabascal.parallel import routes
 from tabascal.simulate import simulate, simulation_config

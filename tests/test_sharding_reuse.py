@@ -17,7 +17,7 @@ from conftest import assert_steps_gather_nothing, compiled_step
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tabascal.config import run_config
+from tabascal.fitting import run_config
 from tabascal.model import joint
 from tabascal.parallel import baseline_axis
 from tabascal.store import read_observation

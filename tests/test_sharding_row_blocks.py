@@ -20,7 +20,7 @@ from conftest import HYBRID_DOUBLE
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tabascal.config import run_config
+from tabascal.fitting import run_config
 from tabascal.model import joint
 from tabascal.parallel import baseline_axis, routes
 from tabascal.store import read_observation

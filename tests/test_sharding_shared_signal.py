@@ -7,8 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from tabascal.config import run_config
-from tabascal.fitting import satellites
+from tabascal.fitting import run_config, satellites
 from tabascal.model import joint, rfi_signal
 from tabascal.parallel import routes, row_placement
 from tabascal.store import read_observation

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from tabascal.config import run_config
+from tabascal.fitting import run_config
 from tabascal.model import joint
 from tabascal.parallel import baseline_axis, blockwise, row_placement
 from tabascal.store import read_meta, read_observation

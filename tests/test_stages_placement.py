@@ -13,8 +13,7 @@ from conftest import require_devices
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tabascal.config import run_config
-from tabascal.fitting import optimiser, phases
+from tabascal.fitting import optimiser, phases, run_config
 from tabascal.model import joint
 from tabascal.parallel import routes
 from tabascal.planning import stages

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import ri_kernels
-from tabascal.config import run_config
+from tabascal.fitting import run_config
 from tabascal.model import frame, joint, rfi_signal, rfi_vis
 from tabascal.simulate import simulate, simulation_config
 from tabascal.store import read_observation

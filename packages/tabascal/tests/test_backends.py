@@ -12,8 +12,8 @@ from functools import partial
 import jax
 import pytest
 
-from tabascal.config import ConfigError, run_config
-from tabascal.fitting import job, optimiser, phases
+from tabascal.config import ConfigError
+from tabascal.fitting import job, optimiser, phases, run_config
 from tabascal.model import joint
 from tabascal.parallel import backends
 from tabascal.store import read_observation

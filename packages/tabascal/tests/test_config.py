@@ -12,10 +12,9 @@ from tabascal.config import (
     merge,
     option_field,
     option_from,
-    run_config,
     validate,
 )
-from tabascal.fitting import optimiser
+from tabascal.fitting import optimiser, run_config
 from tabascal.model import joint
 
 ITEM = Section(

@@ -5,8 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from tabascal.config import run_config
-from tabascal.fitting import optimiser
+from tabascal.fitting import optimiser, run_config
 from tabascal.model import joint
 from tabascal.model.data_stats import BINS_PER_OCTAVE, DataStats, MeanPower
 from tabascal.planning import stages

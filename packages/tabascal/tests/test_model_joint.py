@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from tabascal.cli.fit import DEMO_CONFIG
-from tabascal.config import run_config
-from tabascal.fitting import optimiser
+from tabascal.fitting import optimiser, run_config
 from tabascal.model import gains, joint, rfi_signal, rfi_vis, satellites
 from tabascal.observation import geometry
 from tabascal.observation.geometry import CircularOrbits

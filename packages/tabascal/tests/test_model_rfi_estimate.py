@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from tabascal.config import run_config
+from tabascal.fitting import run_config
 from tabascal.model import joint, rfi_estimate
 from tabascal.store import read_observation
 

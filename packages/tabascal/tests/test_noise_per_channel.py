@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import zarr
 
-from tabascal.config import ConfigError, run_config
-from tabascal.fitting import data_noise, job
+from tabascal.config import ConfigError
+from tabascal.fitting import data_noise, job, run_config
 from tabascal.measurement_set import noise as ms_noise
 from tabascal.model import joint, likelihood, sky
 from tabascal.parallel.blockwise import MemoryRows, StoreRows
@@ -302,7 +302,7 @@ def test_noise_per_channel_needs_the_estimate_and_two_integrations(flat_pair, tm
     source = StoreRows(flat_pair[0], read_meta(flat_pair[0]))
     config = run_config.load({"data": {"noise_per_channel": True}})
     with pytest.raises(ConfigError, match=r"data.noise is store, whose noise is taken in the"):
-        data_noise.noise_source(source, config["data"])
+        data_noise.noise_source(source, **config["data"])
     one = tmp_path / "one.zarr"
     simulate(simulation_config("demo", _with(SCENE, n_time=1)), one)
     with pytest.raises(ConfigError, match=r"adjacent integrations, and the observation has one"):

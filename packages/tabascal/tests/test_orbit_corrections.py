@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tabascal.config import ConfigError, run_config
-from tabascal.fitting import job
+from tabascal.config import ConfigError
+from tabascal.fitting import job, run_config
 from tabascal.model import joint, orbit_corrections, satellites
 from tabascal.observation import geometry
 from tabascal.observation.orbit_offsets import OffsetOrbits

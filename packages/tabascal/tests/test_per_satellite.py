@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import zarr
 
-from tabascal.config import run_config
-from tabascal.fitting import checkpoint, job, optimiser, plots, satellites
+from tabascal.fitting import checkpoint, job, optimiser, plots, run_config, satellites
 from tabascal.model import joint, likelihood, rfi_signal, rfi_vis
 from tabascal.observation import geometry
 from tabascal.store import read_observation

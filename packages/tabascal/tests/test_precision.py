@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 import zarr
 
-from tabascal.config import run_config
-from tabascal.fitting import job
+from tabascal.fitting import job, run_config
 from tabascal.store import read_observation
 
 FEW_STEPS = {

@@ -8,8 +8,8 @@ import pytest
 import zarr
 
 from tabascal.cli import main
-from tabascal.config import ConfigError, run_config
-from tabascal.fitting import job
+from tabascal.config import ConfigError
+from tabascal.fitting import job, run_config
 from tabascal.store import read_observation
 
 FEW_STEPS = {

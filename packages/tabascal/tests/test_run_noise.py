@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import zarr
 
-from tabascal.config import ConfigError, run_config
-from tabascal.fitting import data_noise, job
+from tabascal.config import ConfigError
+from tabascal.fitting import data_noise, job, run_config
 from tabascal.parallel.blockwise import MemoryRows, StoreRows
 from tabascal.store import read_meta, read_observation
 

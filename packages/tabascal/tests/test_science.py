@@ -8,8 +8,7 @@ import json
 
 import pytest
 
-from tabascal.config import run_config
-from tabascal.fitting import job
+from tabascal.fitting import job, run_config
 from tabascal.store import read_observation
 
 # Whole fits of the demo store, minutes on a CPU: not run by ``nox -s fast``.

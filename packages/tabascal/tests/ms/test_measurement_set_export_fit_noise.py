@@ -20,8 +20,7 @@ import zarr
 from casacore import tables
 
 from tabascal.cli import main
-from tabascal.config import run_config
-from tabascal.fitting import data_noise, job
+from tabascal.fitting import data_noise, job, run_config
 from tabascal.measurement_set import MsError, export_results, import_measurement_set
 from tabascal.parallel.blockwise import StoreRows
 from tabascal.simulate import simulate, simulation_config

@@ -14,7 +14,8 @@ from msbuild import build_ms, rewrite_rows
 from test_measurement_set_export_products import _fit
 
 from tabascal.cli import main
-from tabascal.config import dump_yaml, run_config
+from tabascal.config import dump_yaml
+from tabascal.fitting import run_config
 from tabascal.measurement_set import MsError
 from tabascal.measurement_set.gains_table import write_gains_table
 from tabascal.store import read_observation

@@ -10,8 +10,7 @@ from casacore import tables
 from msbuild import build_ms
 
 from tabascal.cli import main
-from tabascal.config import run_config
-from tabascal.fitting import job
+from tabascal.fitting import job, run_config
 from tabascal.measurement_set import (
     MsError,
     export_results,

@@ -140,7 +140,7 @@ def test_simulated_ms_builds_the_same_model_inputs_as_the_store(twin_observation
     centre (``MODEL_INPUTS_RTOL``); so is the model's static spec (its RFI groups)."""
     import jax
 
-    from tabascal.config import run_config
+    from tabascal.fitting import run_config
     from tabascal.model import joint
 
     config = run_config.model_config(run_config.load({"precision": precision}))
@@ -172,8 +172,7 @@ def test_simulated_ms_fits_to_the_same_chi_squared_as_the_store(
     chi2_final by 1e-3 after 3 steps). The run leaves jax's 64-bit mode as it found it."""
     import jax
 
-    from tabascal.config import run_config
-    from tabascal.fitting import job
+    from tabascal.fitting import job, run_config
 
     # the per-antenna signal from the data start: the quick fit this test was written for
     config = run_config.load({"precision": "double",

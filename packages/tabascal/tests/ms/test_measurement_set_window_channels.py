@@ -13,7 +13,8 @@ from test_measurement_set_gains_table import _antenna_held
 from test_measurement_set_windows import _band
 
 from tabascal.cli import main
-from tabascal.config import dump_yaml, run_config
+from tabascal.config import dump_yaml
+from tabascal.fitting import run_config
 from tabascal.measurement_set import MsError, export_results, read_observation_ms
 from tabascal.measurement_set.gains_table import write_gains_table
 from tabascal.measurement_set.reader import MeasurementSetReader

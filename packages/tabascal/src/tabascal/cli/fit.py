@@ -62,19 +62,26 @@ def use_devices(n: int) -> str | None:
     return None
 
 
-def _load_config(path, overrides=None) -> dict:
-    from tabascal.config import load_yaml, merge, run_config
+def _run_plan(args, base: dict | None = None):
+    """The run's plan, resolved once from the configuration (``base``, then the config file
+    ``-c``, then the flags that set config keys: ``--steps``, ``--precision``) and the flags
+    that settle the sharding (``--shard-axis``, ``--reuse-plan``, ``--row-blocks``)."""
+    from tabascal.config import load_yaml, merge
+    from tabascal.fitting import plan_run, run_config
 
-    data = load_yaml(path) if path else {}
-    return run_config.load(merge(overrides or {}, data) if overrides else data)
-
-
-def _apply_flags(config: dict, args) -> dict:
+    flags = {}
     if getattr(args, "steps", None) is not None:
-        config["fit"]["steps"] = args.steps
+        flags["fit"] = {"steps": args.steps}
     if getattr(args, "precision", None) is not None:
-        config["precision"] = args.precision
-    return config
+        flags["precision"] = args.precision
+    path = getattr(args, "config", None)
+    data = merge(base or {}, load_yaml(path) if path else {})
+    return plan_run(
+        run_config.load(merge(data, flags)),
+        shard_axis=getattr(args, "shard_axis", None),
+        reuse_plan=getattr(args, "reuse_plan", None),
+        row_blocks=getattr(args, "row_blocks", None),
+    )
 
 
 def _summary_lines(summary: dict) -> list[str]:
@@ -151,20 +158,15 @@ def _orbit_lines(orbits: dict) -> list[str]:
     return lines + _more(len(orbits["satellites"]) - ORBITS_SHOWN)
 
 
-def _step_memory_by_axis(obs, config: dict, summary: dict) -> dict[str, tuple[int, dict]]:
+def _step_memory_by_axis(obs, plan, summary: dict) -> dict[str, tuple[int, dict]]:
     """{axis: (devices, StageMemory dict)} of one optimisation step per device (of the phase,
     gradient or polish, whose step needs the most): the fit's own, and the same compiled (not
     run) on the baseline axis over every device, from the observation's shapes."""
-    from tabascal.config import run_config
     from tabascal.parallel import blockwise, routes
     from tabascal.planning import stages
 
     placed, reports = stages.plan_stages(
-        blockwise.MemoryRows(obs),
-        run_config.model_config(config),
-        run_config.fit_config(config),
-        routes.route("baseline"),
-        init=config["fit"]["init"],
+        blockwise.MemoryRows(obs), plan.model, plan.fit, routes.route("baseline"), init=plan.init
     )
     step = stages.limiting_step(reports)
     return {
@@ -193,20 +195,19 @@ def _memory_lines(by_axis: dict[str, tuple[int, dict]]) -> list[str]:
     return lines
 
 
-def _read(path, config: dict | None = None):
+def _read(path, satellites=None):
     """The observation at ``path`` (zarr store or Measurement Set), with the orbits of the
-    config's TLE file when it names one."""
+    TLE file of the plan's ``satellites`` when it names one."""
     import dataclasses
 
     from tabascal.measurement_set import open_observation
     from tabascal.observation.tle import load_tle_orbits
 
     obs = open_observation(path)
-    satellites = (config or {}).get("satellites", {})
-    if satellites.get("tle_file"):
+    if satellites is not None and satellites.tle_file:
         orbits = load_tle_orbits(
-            satellites["tle_file"],
-            satellites["catalogue_numbers"],
+            satellites.tle_file,
+            satellites.catalogue_numbers,
             obs.epoch_utc,
             gast0_rad=obs.gast0_rad,
         )
@@ -214,11 +215,12 @@ def _read(path, config: dict | None = None):
     return obs
 
 
-def _source(path, config: dict, *, allow_missing: bool = False):
+def _source(path, satellites, *, allow_missing: bool = False):
     """The rows of the observation at ``path``: a zarr store is read block by block as the
     fit needs its rows; a Measurement Set is read whole (convert it with ``tabascal import-ms``
     for block reads). ``allow_missing``: a store's missing vis and flags chunks are read as
-    flagged cells."""
+    flagged cells. ``satellites``: the plan's, whose TLE file's orbits replace the
+    observation's when it names one."""
     import dataclasses
 
     from tabascal.measurement_set import is_measurement_set
@@ -226,15 +228,14 @@ def _source(path, config: dict, *, allow_missing: bool = False):
     from tabascal.store import read_meta
 
     if is_measurement_set(path):
-        return MemoryRows(_read(path, config))
+        return MemoryRows(_read(path, satellites))
     meta = read_meta(path, allow_missing=allow_missing)
-    satellites = config.get("satellites", {})
-    if satellites.get("tle_file"):
+    if satellites.tle_file:
         from tabascal.observation.tle import load_tle_orbits
 
         orbits = load_tle_orbits(
-            satellites["tle_file"],
-            satellites["catalogue_numbers"],
+            satellites.tle_file,
+            satellites.catalogue_numbers,
             meta.epoch_utc,
             gast0_rad=meta.gast0_rad,
         )
@@ -265,8 +266,8 @@ def _run(args: argparse.Namespace) -> int:
     if error:
         print(f"tabascal run: error: {error}", file=sys.stderr)
         return 2
-    from tabascal.config import describe, run_config
-    from tabascal.fitting import job
+    from tabascal.config import describe
+    from tabascal.fitting import job, run_config
     from tabascal.parallel import processes
 
     if args.list_keys:
@@ -276,19 +277,13 @@ def _run(args: argparse.Namespace) -> int:
         print("tabascal run: error: --data and -o are required", file=sys.stderr)
         return 2
     try:
-        config = _apply_flags(_load_config(args.config), args)
-        axis = run_config.shard_axis(args.shard_axis, config)
-        reuse = run_config.reuse_plan(args.reuse_plan, config, axis)
-        blocks = run_config.row_blocks(args.row_blocks, config, axis, reuse)
-        config["sharding"]["row_blocks"] = blocks
+        plan = _run_plan(args)
         summary = job.run(
-            _source(args.data, config, allow_missing=args.allow_missing),
+            _source(args.data, plan.satellites, allow_missing=args.allow_missing),
             Path(args.output),
-            config,
+            plan,
             resume=args.resume,
             overwrite=args.overwrite,
-            shard_axis=axis,
-            reuse_plan=reuse,
             progress=not args.quiet,
         )
     except TabascalError as err:
@@ -392,7 +387,6 @@ def _phase_cache_line(report: dict) -> str:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from tabascal.config import run_config
     from tabascal.fitting import job
     from tabascal.parallel import routes
     from tabascal.planning import memory, stages
@@ -401,19 +395,17 @@ def _plan(args: argparse.Namespace) -> int:
         print("tabascal plan: error: --data is required", file=sys.stderr)
         return 2
     try:
-        config = _apply_flags(_load_config(args.config), args)
-        axis = run_config.shard_axis(None, config)
-        reuse = run_config.reuse_plan(None, config, axis)
-        route = routes.route(axis, reuse)
-        blocks = run_config.row_blocks(args.row_blocks, config, axis, reuse)
-        with job.precision_scope(config):
+        plan = _run_plan(args)
+        route = routes.route(plan.sharding.axis, plan.sharding.reuse_plan)
+        blocks = plan.sharding.row_blocks
+        with job.precision_scope(plan.model.precision):
             placed, reports = stages.plan_stages(
-                _source(args.data, config),
-                run_config.model_config(config),
-                run_config.fit_config(config),
+                _source(args.data, plan.satellites),
+                plan.model,
+                plan.fit,
                 route,
-                init=config["fit"]["init"],
-                seed=config["fit"]["seed"],
+                init=plan.init,
+                seed=plan.seed,
                 row_blocks=blocks,
             )
     except TabascalError as err:
@@ -472,7 +464,6 @@ def add_plan(subparsers) -> None:
 def _demo(args: argparse.Namespace) -> int:
     import jax
 
-    from tabascal.config import run_config
     from tabascal.fitting import job
     from tabascal.simulate import simulate, simulation_config
 
@@ -487,19 +478,17 @@ def _demo(args: argparse.Namespace) -> int:
         f"integrations, {obs.orbits.n_sat} satellites, on {jax.device_count()} "
         f"{jax.default_backend()} device(s)"
     )
-    config = run_config.load(DEMO_CONFIG)
-    if args.steps is not None:
-        config["fit"]["steps"] = args.steps
-    fit = run_config.fit_config(config)
+    plan = _run_plan(args, DEMO_CONFIG)
+    fit = plan.fit
     print(
         f"tabascal demo: fitting ({fit.steps} + {fit.second_phase_steps} gradient steps, "
         f"at most {fit.polish_steps} {POLISH_NAMES[fit.polish]} steps) into "
         f"{out_dir}"
     )
-    summary = job.run(obs, out_dir, config, overwrite=True, progress=not args.quiet)
+    summary = job.run(obs, out_dir, plan, overwrite=True, progress=not args.quiet)
     print("\n".join(_summary_lines(summary)))
     if jax.device_count() > 1:
-        print("\n".join(_memory_lines(_step_memory_by_axis(obs, config, summary))))
+        print("\n".join(_memory_lines(_step_memory_by_axis(obs, plan, summary))))
     print(f"tabascal demo: done in {time.perf_counter() - start:.0f} s; outputs in {out_dir}")
     return 0
 

@@ -1,6 +1,7 @@
 """Configuration: the schema machinery (``schema``: options, validation, YAML, and the
-dataclass fields that declare options) and the run job's schema and typed config
-(``run_config``)."""
+dataclass fields that declare options). The schemas themselves live with the jobs they
+configure (``fitting.run_config``, ``simulate``'s presets), so that this package imports
+nothing above it."""
 
 from tabascal.config.schema import (
     ConfigError,

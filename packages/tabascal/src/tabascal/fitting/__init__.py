@@ -7,6 +7,8 @@
 - ``solvers``: the Newton polishes (a line search, a trust region) and the state each keeps.
 - ``checkpoint``: the checkpoint written as the fit goes and read to resume it, with the
   fit's history (``FitHistory``).
+- ``run_config``: the run's configuration schema (defaults read from the components'
+  settings) and ``run_plan``: a validated configuration resolved once into a ``RunPlan``.
 - ``job``, its output folder (``output_folder``), the results written block by block and the
   truth metrics (``results``), the noise the fit uses (``data_noise``), the per-satellite
   outputs (``satellites``) and ``plots``.
@@ -28,6 +30,7 @@ from tabascal.fitting.optimiser import (
 )
 from tabascal.fitting.phases import FitState, polish_form
 from tabascal.fitting.results import truth_metrics
+from tabascal.fitting.run_plan import RunPlan, Sharding, plan_run
 from tabascal.fitting.solvers import NewtonState, TrustRegionState
 
 __all__ = [
@@ -35,7 +38,9 @@ __all__ = [
     "FitHistory",
     "FitState",
     "NewtonState",
+    "RunPlan",
     "RunSummary",
+    "Sharding",
     "TrustRegionState",
     "compile_step",
     "init_state",
@@ -44,6 +49,7 @@ __all__ = [
     "make_step",
     "noise_source",
     "placed_model",
+    "plan_run",
     "polish_form",
     "polish_settled",
     "precision_scope",

@@ -149,14 +149,13 @@ def estimate(source, rows_per_read: int | None = None, *, per_channel: bool = Fa
     return EstimatedNoise(source, fit.noise, record)
 
 
-def noise_source(source, data_config: dict):
-    """The rows the run fits: ``source`` itself (``data.noise: store``), or with its noise
-    estimated from its data (``estimate``; per baseline and channel with
-    ``data.noise_per_channel``). Refuses ``noise_per_channel`` with the store's noise, whose
-    form is the store's."""
-    per_channel = data_config["noise_per_channel"]
-    if data_config["noise"] != "estimate":
-        if per_channel:
+def noise_source(source, *, noise: str, noise_per_channel: bool):
+    """The rows the run fits: ``source`` itself (``noise`` store, the config's
+    ``data.noise``), or with its noise estimated from its data (``estimate``; per baseline and
+    channel with ``noise_per_channel``). Refuses ``noise_per_channel`` with the store's noise,
+    whose form is the store's."""
+    if noise != "estimate":
+        if noise_per_channel:
             raise ConfigError(
                 "data.noise_per_channel: true asks for the estimate per channel, but data.noise "
                 "is store, whose noise is taken in the form the store holds it; set "
@@ -164,7 +163,7 @@ def noise_source(source, data_config: dict):
             )
         return source
     with processes.stage("estimating the noise from the data"):
-        return estimate(source, per_channel=per_channel)
+        return estimate(source, per_channel=noise_per_channel)
 
 
 def summary(source) -> dict:

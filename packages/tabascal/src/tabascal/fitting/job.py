@@ -25,8 +25,16 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from tabascal.config import ConfigError, dump_yaml, run_config
-from tabascal.fitting import checkpoint, data_noise, optimiser, phases, plots, results, satellites
+from tabascal.config import ConfigError, dump_yaml
+from tabascal.fitting import (
+    checkpoint,
+    data_noise,
+    optimiser,
+    phases,
+    plots,
+    results,
+    satellites,
+)
 from tabascal.fitting.output_folder import (  # noqa: F401 (the errors and lock, re-exported)
     CHECKPOINTS,
     RESULTS,
@@ -40,6 +48,7 @@ from tabascal.fitting.output_folder import (  # noqa: F401 (the errors and lock,
     replacing,
     write_atomically,
 )
+from tabascal.fitting.run_plan import OutputSettings, RunPlan, plan_run
 from tabascal.model import joint, likelihood, orbit_corrections
 from tabascal.observation import geometry
 from tabascal.parallel import backends, baseline_axis, blockwise, processes, routes
@@ -80,10 +89,10 @@ def _baseline_lengths(meta) -> np.ndarray:
     return np.linalg.norm(meta.ant_itrf[meta.a1] - meta.ant_itrf[meta.a2], axis=1)
 
 
-def _plot_rows(meta, config: dict) -> np.ndarray:
+def _plot_rows(meta, plot_baselines: int) -> np.ndarray:
     """Baselines to plot: evenly spread in length, shortest to longest."""
     lengths = _baseline_lengths(meta)
-    n_show = min(config["output"]["plot_baselines"], len(lengths))
+    n_show = min(plot_baselines, len(lengths))
     return np.argsort(lengths)[np.linspace(0, len(lengths) - 1, n_show).astype(int)]
 
 
@@ -211,19 +220,19 @@ class _Fitted(NamedTuple):
     chi2_init: float
 
 
-def precision_scope(config: dict):
-    """A context in which the arrays of ``config``'s precision are made: jax's 64-bit mode on
-    for ``precision: double`` (without it every float64 array silently becomes float32), as it
-    is otherwise; scoped, so that the caller's mode is as it was afterwards. Double precision
-    on a backend without float64 (a TPU) is refused here, before any work."""
-    backends.check_precision(config["precision"])
-    return jax.enable_x64(config["precision"] == "double" or jax.config.jax_enable_x64)
+def precision_scope(precision: str):
+    """A context in which the arrays of ``precision`` (a ``ModelConfig.precision``) are made:
+    jax's 64-bit mode on for ``double`` (without it every float64 array silently becomes
+    float32), as it is otherwise; scoped, so that the caller's mode is as it was afterwards.
+    Double precision on a backend without float64 (a TPU) is refused here, before any work."""
+    backends.check_precision(precision)
+    return jax.enable_x64(precision == "double" or jax.config.jax_enable_x64)
 
 
 def run(
     obs,
     out_dir: Path,
-    config: dict,
+    config: Mapping | RunPlan,
     *,
     resume: bool = False,
     overwrite: bool = False,
@@ -231,8 +240,9 @@ def run(
     reuse_plan: bool | None = None,
     progress: bool = True,
 ) -> RunSummary:
-    """Fit ``obs`` with the validated ``config``; write the outputs to ``out_dir`` (process 0)
-    and return the summary.
+    """Fit ``obs`` with ``config``, a ``RunPlan`` (``plan_run``'s) or a validated
+    configuration (``run_config.load``'s), planned here; write the outputs to ``out_dir``
+    (process 0) and return the summary.
 
     obs: a ``tabascal.store.Observation`` (all rows in memory) or a
     ``blockwise.RowSource`` (e.g. ``StoreRows``: rows read as needed). On the baseline
@@ -241,34 +251,32 @@ def run(
     take that route. shard_axis: one of ``routes.SHARD_AXES``; reuse_plan: permute the
     baselines by the antenna-reuse plan (baseline axis only). Each, when None, is taken as
     ``tabascal run`` takes it without its flag: from ``config``'s ``sharding`` (and
-    $TABASCAL_SHARD_AXIS; ``run_config.shard_axis``, ``run_config.reuse_plan``).
+    $TABASCAL_SHARD_AXIS); a plan has settled both already, and takes neither.
     """
-    if shard_axis is not None and shard_axis not in routes.SHARD_AXES:
-        raise ConfigError(f"shard axis {shard_axis!r} is not known; use none, baseline or source")
-    shard_axis = run_config.shard_axis(shard_axis, config)
-    reuse_plan = run_config.reuse_plan(reuse_plan, config, shard_axis)
-    route = routes.route(shard_axis, reuse_plan)
-    run_config.row_blocks(None, config, shard_axis, reuse_plan)
+    plan = _plan_of(config, shard_axis, reuse_plan)
+    route = routes.route(plan.sharding.axis, plan.sharding.reuse_plan)
     source = obs if hasattr(obs, "read") else blockwise.MemoryRows(obs)
     # init "auto" is settled here, and config.yaml records the start the fit took.
     init = joint.resolve_init(
-        config["fit"]["init"], source.meta, processes.process_count(), by_block=route.by_block
+        plan.init, source.meta, processes.process_count(), by_block=route.by_block
     )
-    config = {**config, "fit": {**config["fit"], "init": init}}
+    plan = dataclasses.replace(plan, init=init)
     by_block = _check_route(route, source, init)
-    orbit_corrections.check_route(run_config.model_config(config).orbits, route.name)
-    with precision_scope(config), contextlib.ExitStack() as claimed:
+    orbit_corrections.check_route(plan.model.orbits, route.name)
+    with precision_scope(plan.model.precision), contextlib.ExitStack() as claimed:
         out_dir = Path(out_dir)
         with processes.stage("preparing the output folder"):
             if processes.is_writer():
                 claimed.enter_context(prepare_output(out_dir, resume=resume, overwrite=overwrite))
         try:
-            source = data_noise.noise_source(source, config["data"])
-            placed = placed_model(route, source, config, by_block)
+            source = data_noise.noise_source(
+                source, noise=plan.data.noise, noise_per_channel=plan.data.noise_per_channel
+            )
+            placed = placed_model(route, source, plan, by_block)
             if processes.is_writer():
-                write_atomically(out_dir / "config.yaml", dump_yaml(config))
-            fitted = _optimise(route, placed, config, out_dir, resume, progress)
-            return _write_outputs(route, placed, fitted, source, config, out_dir, by_block)
+                write_atomically(out_dir / "config.yaml", dump_yaml(plan.as_config()))
+            fitted = _optimise(route, placed, plan.fit, out_dir, resume, progress)
+            return _write_outputs(route, placed, fitted, source, plan.output, out_dir, by_block)
         except OSError as err:
             if err.errno not in NO_SPACE:
                 raise
@@ -277,6 +285,21 @@ def run(
                 "every output there is whole or absent, and --resume continues from the last "
                 "checkpoint: free some space and run again"
             ) from err
+
+
+def _plan_of(config: Mapping | RunPlan, shard_axis: str | None, reuse_plan: bool | None):
+    """``config`` as a plan: planned here from a configuration (the caller's shard axis and
+    reuse plan winning over its ``sharding``), or the caller's plan as it is."""
+    if isinstance(config, RunPlan):
+        if shard_axis is not None or reuse_plan is not None:
+            raise ConfigError(
+                "run: a RunPlan has settled its shard axis and reuse plan; pass them to "
+                "plan_run instead of run"
+            )
+        return config
+    if shard_axis is not None and shard_axis not in routes.SHARD_AXES:
+        raise ConfigError(f"shard axis {shard_axis!r} is not known; use none, baseline or source")
+    return plan_run(config, shard_axis=shard_axis, reuse_plan=reuse_plan)
 
 
 def _check_route(route: routes.Route, source, init: str) -> bool:
@@ -298,14 +321,13 @@ def _check_route(route: routes.Route, source, init: str) -> bool:
     return by_block
 
 
-def placed_model(route: routes.Route, source, config: dict, by_block: bool):
-    """The model placed as ``route`` places it for the validated run ``config``, from the
-    rows of ``source`` (a ``blockwise.RowSource``): built block by block from the rows each
-    process reads (``by_block``), or from the whole observation and then placed. What
+def placed_model(route: routes.Route, source, plan: RunPlan, by_block: bool):
+    """The model placed as ``route`` places it for the run ``plan`` (its start settled), from
+    the rows of ``source`` (a ``blockwise.RowSource``): built block by block from the rows
+    each process reads (``by_block``), or from the whole observation and then placed. What
     ``tabascal run`` fits, for a caller that takes the steps itself."""
-    model_cfg = run_config.model_config(config)
-    init, seed = config["fit"]["init"], config["fit"]["seed"]
-    row_blocks = config["sharding"]["row_blocks"]
+    model_cfg, init, seed = plan.model, plan.init, plan.seed
+    row_blocks = plan.sharding.row_blocks
     mesh = route.make_mesh()
     if by_block:
         built = blockwise.build(
@@ -324,9 +346,10 @@ def placed_model(route: routes.Route, source, config: dict, by_block: bool):
     return route.place(model, mesh, row_blocks=row_blocks)
 
 
-def _optimise(route: routes.Route, placed, config: dict, out_dir: Path, resume, progress):
+def _optimise(
+    route: routes.Route, placed, fit_cfg: optimiser.FitConfig, out_dir: Path, resume, progress
+):
     """Run (or resume) the optimisation of ``placed``, checkpointing under ``out_dir``."""
-    fit_cfg = run_config.fit_config(config)
     inputs = (placed.constants, placed.data)
     loss_fn = partial(route.loss, spec=placed.spec)
     optimizer = optimiser.make_optimizer(fit_cfg)
@@ -474,7 +497,9 @@ def _predicted_by_row_block(placed, params, noise_mean: float) -> Outputs:
     return Outputs(cubes(), first, fitted_blocks(), chi2_final, noise_mean)
 
 
-def _write_outputs(route, placed, fitted: _Fitted, source, config, out_dir, by_block):
+def _write_outputs(
+    route, placed, fitted: _Fitted, source, output: OutputSettings, out_dir, by_block
+):
     """Write results.zarr, the plots and summary.json (process 0); return the summary."""
     meta = source.meta
     out = predict_outputs(route, placed, fitted.state.params)
@@ -510,7 +535,7 @@ def _write_outputs(route, placed, fitted: _Fitted, source, config, out_dir, by_b
             meta.orbits,
         ),
     )
-    plot_rows = _plot_rows(meta, config) if config["output"]["plots"] else np.arange(0)
+    plot_rows = _plot_rows(meta, output.plot_baselines) if output.plots else np.arange(0)
     kept = {}
     whole = {
         "gains": out.gains,
@@ -524,7 +549,7 @@ def _write_outputs(route, placed, fitted: _Fitted, source, config, out_dir, by_b
     if processes.is_writer():
         # summary.json says the outputs beside it are its run's: it goes until they are written.
         (out_dir / SUMMARY).unlink(missing_ok=True)
-    by_satellite = satellites.plan(route, placed, fitted.state.params, meta, config["output"])
+    by_satellite = satellites.plan(route, placed, fitted.state.params, meta, output)
     results.write_results(
         out_dir / RESULTS,
         _keeping(out.cubes, plot_rows, kept),
@@ -540,10 +565,10 @@ def _write_outputs(route, placed, fitted: _Fitted, source, config, out_dir, by_b
         rfi_vis_by_satellite=by_satellite.report,
     )
     signal_rms = None
-    if config["output"]["plots"] and meta.n_sat:  # every process: the signal may be split
+    if output.plots and meta.n_sat:  # every process: the signal may be split
         signal_rms = satellites.signal_rms(placed, fitted.state.params, meta.n_sat)
     if processes.is_writer():
-        if config["output"]["plots"]:
+        if output.plots:
             model_rows = np.stack([kept[int(r)][0] for r in plot_rows])
             data_rows = np.stack([kept[int(r)][1] for r in plot_rows])
             _plot(out_dir, fitted.history, plot_rows, model_rows, data_rows, meta)

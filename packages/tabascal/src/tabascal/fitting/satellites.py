@@ -162,14 +162,12 @@ class BySatellite(NamedTuple):
         return satellite_table(self.labels, figures, in_view, extra)
 
 
-def plan(route, placed, params, meta, output: dict) -> BySatellite:
-    """What a run writes of its RFI satellite by satellite, from the run config's ``output``
-    section (``per_satellite``, ``per_satellite_mb``) and the observation's ``meta``."""
+def plan(route, placed, params, meta, output) -> BySatellite:
+    """What a run writes of its RFI satellite by satellite, from the run plan's ``output``
+    (``per_satellite``, ``per_satellite_mb``) and the observation's ``meta``."""
     cube = (meta.n_bl, meta.n_freq, meta.n_time)
     cplx = np.result_type(np.dtype(placed.constants.phase.dtype), np.complex64)
-    report = output_plan(
-        output["per_satellite"], output["per_satellite_mb"], meta.n_sat, cube, cplx
-    )
+    report = output_plan(output.per_satellite, output.per_satellite_mb, meta.n_sat, cube, cplx)
     labels = [meta.orbits.label(s) for s in range(meta.n_sat)]
     figures, stacked = [], None
     if report["written"]:

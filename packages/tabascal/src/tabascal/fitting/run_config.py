@@ -1,10 +1,13 @@
 """The configuration of ``tabascal run``: its schema, defaults and conversion to model settings.
 
-Every key, its unit and its default is listed in ``docs/config.md``; ``tabascal run
---list-keys`` prints the same from this schema. A config file need only name what it changes.
-A key that sets a field of a settings dataclass (``optimiser.FitConfig``, ``frame.ModelConfig``
-and its components) takes its type, default, doc and limits from that field (``option_from``);
-the keys that belong to the run job alone are declared here.
+The schema is assembled here, above ``config`` (which holds the schema machinery alone and
+imports nothing of the model, the fit or the routes), because it reads each key's default from
+the component that owns it. Every key, its unit and its default is listed in
+``docs/config.md``; ``tabascal run --list-keys`` prints the same from this schema. A config
+file need only name what it changes. A key that sets a field of a settings dataclass
+(``optimiser.FitConfig``, ``frame.ModelConfig`` and its components) takes its type, default,
+doc and limits from that field (``option_from``); the keys that belong to the run job alone
+are declared here.
 """
 
 from __future__ import annotations

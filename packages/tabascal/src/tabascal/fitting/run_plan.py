@@ -1,0 +1,135 @@
+"""The plan of one ``tabascal run``: its configuration resolved once, where the run is entered
+(the command, or ``run`` for a library caller that passes a configuration), into frozen typed
+settings that the job passes down.
+
+A validated configuration (``run_config.load``) is read here and nowhere below: the model's
+and the optimiser's settings, the start, the noise, the outputs, the element-set file and the
+sharding that the flags, the config and $TABASCAL_SHARD_AXIS settle on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from tabascal.fitting import run_config
+from tabascal.fitting.optimiser import FitConfig
+from tabascal.model.frame import ModelConfig
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """How the fit is split over devices: the shard axis (one of ``routes.SHARD_AXES``),
+    whether the baselines are permuted by the antenna-reuse plan, and each device's baselines
+    as ``row_blocks`` blocks taken in turn (both for the baseline axis alone)."""
+
+    axis: str
+    reuse_plan: bool
+    row_blocks: int
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """The data as the fit takes them: each baseline's noise, the store's or estimated from
+    the data (``noise``), and whether the estimate is per baseline and channel."""
+
+    noise: str
+    noise_per_channel: bool
+
+
+@dataclass(frozen=True)
+class OutputSettings:
+    """What is written besides results.zarr and summary.json: the plots (and the baselines the
+    visibility plot shows) and each satellite's fitted RFI (``per_satellite``, within
+    ``per_satellite_mb`` MiB under auto)."""
+
+    plots: bool
+    plot_baselines: int
+    per_satellite: str
+    per_satellite_mb: float
+
+
+@dataclass(frozen=True)
+class SatelliteSettings:
+    """The element sets whose orbits replace the observation's: a TLE file (or None) and the
+    NORAD catalogue numbers taken from it (None takes every satellite in it)."""
+
+    tle_file: str | None
+    catalogue_numbers: tuple[int, ...] | None
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One run's settings, resolved from its configuration by ``plan_run``.
+
+    model, fit: the model's and the optimiser's settings; init, seed: the start (``auto`` until
+    the job settles it from the observation) and the prior draw's seed; data, output,
+    satellites, sharding: the run job's own sections, typed. record: the validated
+    configuration, read-only, kept for ``as_config`` alone.
+    """
+
+    model: ModelConfig
+    fit: FitConfig
+    init: str
+    seed: int
+    data: DataSettings
+    output: OutputSettings
+    satellites: SatelliteSettings
+    sharding: Sharding
+    record: Mapping = field(repr=False, compare=False)
+
+    def as_config(self) -> dict:
+        """The configuration this plan runs, as config.yaml records it: the validated
+        configuration it was resolved from, with the start and the row blocks it settled
+        on."""
+        config = _thawed(self.record)
+        config["fit"]["init"] = self.init
+        config["sharding"]["row_blocks"] = self.sharding.row_blocks
+        return config
+
+
+def _frozen(value):
+    if isinstance(value, Mapping):
+        return MappingProxyType({name: _frozen(item) for name, item in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(item) for item in value)
+    return value
+
+
+def _thawed(value):
+    if isinstance(value, Mapping):
+        return {name: _thawed(item) for name, item in value.items()}
+    if isinstance(value, tuple):
+        return [_thawed(item) for item in value]
+    return value
+
+
+def plan_run(
+    config: Mapping,
+    *,
+    shard_axis: str | None = None,
+    reuse_plan: bool | None = None,
+    row_blocks: int | None = None,
+) -> RunPlan:
+    """The plan of the validated ``config`` (``run_config.load``'s). shard_axis, reuse_plan,
+    row_blocks: the command line's values, which win over the config's ``sharding`` (and
+    $TABASCAL_SHARD_AXIS); None takes them as ``tabascal run`` does without its flags."""
+    axis = run_config.shard_axis(shard_axis, config)
+    reuse = run_config.reuse_plan(reuse_plan, config, axis)
+    blocks = run_config.row_blocks(row_blocks, config, axis, reuse)
+    numbers = config["satellites"]["catalogue_numbers"]
+    return RunPlan(
+        model=run_config.model_config(config),
+        fit=run_config.fit_config(config),
+        init=config["fit"]["init"],
+        seed=config["fit"]["seed"],
+        data=DataSettings(**config["data"]),
+        output=OutputSettings(**config["output"]),
+        satellites=SatelliteSettings(
+            tle_file=config["satellites"]["tle_file"],
+            catalogue_numbers=None if numbers is None else tuple(numbers),
+        ),
+        sharding=Sharding(axis, reuse, blocks),
+        record=_frozen(config),
+    )
