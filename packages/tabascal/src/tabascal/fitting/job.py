@@ -35,6 +35,7 @@ from tabascal.fitting import (
     results,
     satellites,
 )
+from tabascal.fitting.compile_cache import CompileCounts, compile_counts, compile_summary
 from tabascal.fitting.output_folder import (  # noqa: F401 (the errors and lock, re-exported)
     CHECKPOINTS,
     RESULTS,
@@ -165,7 +166,8 @@ class RunSummary(Mapping):
     corrections, ``orbit_corrections.summary``) or None with fixed orbits; satellites (one
     entry per satellite, ``satellites.satellite_table``); rfi_vis_by_satellite (whether
     results.zarr holds it, and why not: ``satellites.output_plan``); data (where the noise
-    came from, ``data_noise.summary``).
+    came from, ``data_noise.summary``); compile (the programs compiled and read back from the
+    persistent compilation cache during the run, ``compile_cache.compile_summary``).
     """
 
     chi2_init: float
@@ -187,6 +189,7 @@ class RunSummary(Mapping):
     satellites: list[dict] = dataclasses.field(default_factory=list)
     rfi_vis_by_satellite: dict | None = None
     data: dict = dataclasses.field(default_factory=dict)
+    compile: dict = dataclasses.field(default_factory=dict)
 
     def _keys(self) -> list[str]:
         optional = ("truth", "orbits")
@@ -253,6 +256,7 @@ def run(
     ``tabascal run`` takes it without its flag: from ``config``'s ``sharding`` (and
     $TABASCAL_SHARD_AXIS); a plan has settled both already, and takes neither.
     """
+    compiles_from = compile_counts()
     plan = _plan_of(config, shard_axis, reuse_plan)
     route = routes.route(plan.sharding.axis, plan.sharding.reuse_plan)
     source = obs if hasattr(obs, "read") else blockwise.MemoryRows(obs)
@@ -276,7 +280,9 @@ def run(
             if processes.is_writer():
                 write_atomically(out_dir / "config.yaml", dump_yaml(plan.as_config()))
             fitted = _optimise(route, placed, plan.fit, out_dir, resume, progress)
-            return _write_outputs(route, placed, fitted, source, plan.output, out_dir, by_block)
+            return _write_outputs(
+                route, placed, fitted, source, plan.output, out_dir, by_block, compiles_from
+            )
         except OSError as err:
             if err.errno not in NO_SPACE:
                 raise
@@ -498,7 +504,14 @@ def _predicted_by_row_block(placed, params, noise_mean: float) -> Outputs:
 
 
 def _write_outputs(
-    route, placed, fitted: _Fitted, source, output: OutputSettings, out_dir, by_block
+    route,
+    placed,
+    fitted: _Fitted,
+    source,
+    output: OutputSettings,
+    out_dir,
+    by_block,
+    compiles_from: CompileCounts,
 ):
     """Write results.zarr, the plots and summary.json (process 0); return the summary."""
     meta = source.meta
@@ -567,6 +580,7 @@ def _write_outputs(
     signal_rms = None
     if output.plots and meta.n_sat:  # every process: the signal may be split
         signal_rms = satellites.signal_rms(placed, fitted.state.params, meta.n_sat)
+    summary = dataclasses.replace(summary, compile=compile_summary(compiles_from))
     if processes.is_writer():
         if output.plots:
             model_rows = np.stack([kept[int(r)][0] for r in plot_rows])
