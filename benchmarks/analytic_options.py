@@ -97,8 +97,10 @@ def _scene(n_ant: int, seed: int = 0, n_freq: int = 1):
     freq = (1227.6 + CHAN_MHZ * np.arange(n_freq)).astype(np.float32)
     a1, a2 = np.triu_indices(n_ant, 1)
     indices = ri_kernels.make_indices(n_ant, a1, a2)
-    tables = (w_freq * scale, start_freq, g_time, start_time, dnu, np.float32(INT_TIME_S), freq)
-    return indices, amp, (phase, delay, *tables), a1.size
+    tables = ri_kernels.AnalyticTables(
+        w_freq * scale, start_freq, g_time, start_time, dnu, np.float32(INT_TIME_S)
+    )
+    return indices, amp, (phase, delay, tables, freq), a1.size
 
 
 def _programs(

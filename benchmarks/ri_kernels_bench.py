@@ -34,6 +34,8 @@ import numpy as np
 from _common import machine
 
 from ri_kernels import (
+    AnalyticTables,
+    QuadratureTables,
     analytic_eval_with_indices,
     fine_offsets,
     lagrange_stencils,
@@ -76,9 +78,12 @@ def _scene(n_ant, n_rfi, n_freq, n_time, n_int_t, real, seed=0):
     w_time, start_time = lagrange_stencils(n_time, dt / INT_TIME, N_STENCIL, real)
     g_time, start_g = monomial_stencils(n_time, N_COEF, real)
     freq = (1227.6 + CHAN_WIDTH_MHZ * np.arange(n_freq)).astype(real)
-    quadrature = (amp, phase, delay, w_freq, start_freq, w_time, start_time, dnu, dt, freq)
-    analytic = (amp, phase, delay, w_freq, start_freq, g_time, start_g, dnu, real(INT_TIME), freq)
-    return {"quadrature": quadrature, "analytic": analytic}
+    quadrature = QuadratureTables(w_freq, start_freq, w_time, start_time, dnu, dt)
+    analytic = AnalyticTables(w_freq, start_freq, g_time, start_g, dnu, real(INT_TIME))
+    return {
+        "quadrature": (amp, phase, delay, quadrature, freq),
+        "analytic": (amp, phase, delay, analytic, freq),
+    }
 
 
 def _functions(operator, indices, args):
@@ -162,8 +167,8 @@ def _run_cases(size_name, size, indices, options):
         jax.config.update("jax_enable_x64", precision == "f64")
         scenes = _scene(real=real, **dims)
         for operator in options.operators.split(","):
-            args = tuple(
-                jnp.asarray(x) if isinstance(x, np.ndarray) else x for x in scenes[operator]
+            args = jax.tree.map(
+                lambda x: jnp.asarray(x) if isinstance(x, np.ndarray) else x, scenes[operator]
             )
             for mode, fn in _functions(operator, indices, args).items():
                 first, runs, cpu = _time(fn, args[0], options.repeats, options.max_seconds)

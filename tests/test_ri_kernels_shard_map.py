@@ -16,6 +16,8 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from ri_kernels import (
+    AnalyticTables,
+    QuadratureTables,
     analytic_eval_with_indices,
     fine_offsets,
     lagrange_stencils,
@@ -63,19 +65,20 @@ def _signal():
 
 
 def _tables(name):
+    """The seam's (tables, freq_mhz), float32."""
     dnu = fine_offsets(CHAN_WIDTH, 2)
     w_freq, start_freq = lagrange_stencils(N_FREQ, dnu / CHAN_WIDTH, 2)
     freq = 1000.0 + CHAN_WIDTH * np.arange(N_FREQ)
     if name == "quadrature":
         dt = fine_offsets(INT_TIME, 4)
         w_time, start_time = lagrange_stencils(N_TIME, dt / INT_TIME, 3)
-        tables = (w_freq, start_freq, w_time, start_time, dnu, dt, freq)
+        tables = QuadratureTables(w_freq, start_freq, w_time, start_time, dnu, dt)
     else:
         g_time, start_time = monomial_stencils(N_TIME, 3)
-        tables = (w_freq, start_freq, g_time, start_time, dnu, INT_TIME, freq)
-    return tuple(
-        x.astype(np.float32) if isinstance(x, np.ndarray) and x.dtype.kind == "f" else x
-        for x in tables
+        tables = AnalyticTables(w_freq, start_freq, g_time, start_time, dnu, INT_TIME)
+    return jax.tree.map(
+        lambda x: x.astype(np.float32) if isinstance(x, np.ndarray) and x.dtype.kind == "f" else x,
+        (tables, freq),
     )
 
 

@@ -4,7 +4,9 @@
 The numpy references loop over baselines, cells and fine samples and rebuild each antenna's
 phase from its own delay series; the jnp reference builds every antenna's fine grid densely
 and multiplies pairs directly, so that its autodiff can be compared with the operators'.
-None of them shares code with the package beyond the table builders.
+None of them shares code with the package beyond the table builders and the tables' types.
+Each takes the operators' arguments after ``indices``: ``(amp, phase, delay_us, tables,
+freq_mhz)``, as ``quadrature_args`` and ``analytic_args`` give them.
 """
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from ri_kernels import fine_offsets, lagrange_stencils, monomial_stencils
+from ri_kernels import (
+    AnalyticTables,
+    QuadratureTables,
+    fine_offsets,
+    lagrange_stencils,
+    monomial_stencils,
+)
 
 PAIRS = {np.float32: np.complex64, np.float64: np.complex128}
 
@@ -92,36 +100,31 @@ def make_scene(
 
 
 def quadrature_args(scene: Scene, real=np.float64):
-    """Seam arguments after ``indices``, cast to one precision pair."""
-    s, c = scene, PAIRS[real]
-    return (
-        s.amp.astype(c),
-        s.phase.astype(real),
-        s.delay_us.astype(real),
-        s.w_freq.astype(real),
-        s.start_freq,
-        s.w_time.astype(real),
-        s.start_time,
-        s.dnu_mhz.astype(real),
-        s.dt.astype(real),
-        s.freq_mhz.astype(real),
-    )
+    """Seam arguments after ``indices``, ``(amp, phase, delay_us, tables, freq_mhz)``, cast to
+    one precision pair."""
+    s = scene
+    time = (s.w_time.astype(real), s.start_time, s.dt.astype(real))
+    return _args(s, real, QuadratureTables, *time)
 
 
 def analytic_args(scene: Scene, real=np.float64):
-    s, c = scene, PAIRS[real]
-    return (
-        s.amp.astype(c),
-        s.phase.astype(real),
-        s.delay_us.astype(real),
+    s = scene
+    return _args(s, real, AnalyticTables, s.g_time.astype(real), s.start_g, real(s.int_time))
+
+
+def _args(scene: Scene, real, kind, time_weights, start_time, time_offsets):
+    """The seam arguments with tables of type ``kind`` and the given time tables."""
+    s = scene
+    tables = kind(
         s.w_freq.astype(real),
         s.start_freq,
-        s.g_time.astype(real),
-        s.start_g,
+        time_weights,
+        start_time,
         s.dnu_mhz.astype(real),
-        real(s.int_time),
-        s.freq_mhz.astype(real),
+        time_offsets,
     )
+    signal = (s.amp.astype(PAIRS[real]), s.phase.astype(real), s.delay_us.astype(real))
+    return (*signal, tables, s.freq_mhz.astype(real))
 
 
 def _antenna_phase(phase, delay, f_mhz, dnu, tau):
@@ -130,10 +133,9 @@ def _antenna_phase(phase, delay, f_mhz, dnu, tau):
     return phase[:, None] + 2 * np.pi * ((f_mhz + dnu) * dtau + dnu * delay[:, 0, None])
 
 
-def quadrature_reference(
-    a1, a2, amp, phase, delay_us, w_freq, start_freq, w_time, start_time, dnu_mhz, dt, freq_mhz
-):
+def quadrature_reference(a1, a2, amp, phase, delay_us, tables, freq_mhz):
     """Brute-force quadrature visibilities (n_bl, n_freq, n_time), complex128."""
+    w_freq, start_freq, w_time, start_time, dnu_mhz, dt = tables
     args = [np.asarray(x, np.float64) for x in (phase, delay_us, w_freq, w_time, dnu_mhz, dt)]
     phase, delay_us, w_freq, w_time, dnu_mhz, dt = args
     amp, freq_mhz = np.asarray(amp, np.complex128), np.asarray(freq_mhz, np.float64)
@@ -176,26 +178,13 @@ def _gauss_legendre_nodes(max_phase_rate):
     return x, np.tile(w16 * half, panels)
 
 
-def analytic_reference(
-    a1,
-    a2,
-    amp,
-    phase,
-    delay_us,
-    w_freq,
-    start_freq,
-    g_time,
-    start_time,
-    dnu_mhz,
-    int_time,
-    freq_mhz,
-    view=None,
-):
+def analytic_reference(a1, a2, amp, phase, delay_us, tables, freq_mhz, view=None):
     """Time average over each cell of the polynomial amplitudes and the full delay series,
     by dense Gauss-Legendre quadrature in float64: (n_bl, n_freq, n_time) complex128. With
     ``view`` ((n_rfi, n_time, 2), the part [lo, hi] of x in [-1, 1] of each cell in which each
     source is in view) each source's integrand is integrated over its part alone, still
     divided by the whole cell."""
+    w_freq, start_freq, g_time, start_time, dnu_mhz, int_time = tables
     amp = np.asarray(amp, np.complex128)
     phase, delay_us, w_freq, g_time, dnu_mhz, freq_mhz = (
         np.asarray(x, np.float64) for x in (phase, delay_us, w_freq, g_time, dnu_mhz, freq_mhz)
@@ -240,10 +229,9 @@ def analytic_reference(
     return vis
 
 
-def quadrature_jnp(
-    a1, a2, amp, phase, delay_us, w_freq, start_freq, w_time, start_time, dnu_mhz, dt, freq_mhz
-):
+def quadrature_jnp(a1, a2, amp, phase, delay_us, tables, freq_mhz):
     """Dense jnp quadrature: every antenna's whole fine grid, then a product per pair."""
+    w_freq, start_freq, w_time, start_time, dnu_mhz, dt = tables
     n_freq, n_time = amp.shape[2:]
     f_rows = np.asarray(start_freq)[:, None] + np.arange(w_freq.shape[1])  # (n_freq, n_sf)
     t_rows = np.asarray(start_time)[:, None] + np.arange(w_time.shape[1])
@@ -260,23 +248,10 @@ def quadrature_jnp(
     return vis.reshape(len(a1), n_freq, n_time) / (dnu_mhz.size * dt.size)
 
 
-def analytic_jnp(
-    a1,
-    a2,
-    amp,
-    phase,
-    delay_us,
-    w_freq,
-    start_freq,
-    g_time,
-    start_time,
-    dnu_mhz,
-    int_time,
-    freq_mhz,
-    n_nodes=512,
-):
+def analytic_jnp(a1, a2, amp, phase, delay_us, tables, freq_mhz, n_nodes=512):
     """Dense jnp Gauss-Legendre average of the analytic operator's integrand (phase cubic in
     x), for autodiff with respect to amp; accurate where windings stay below ~n_nodes / 8."""
+    w_freq, start_freq, g_time, start_time, dnu_mhz, int_time = tables
     x, w = np.polynomial.legendre.leggauss(n_nodes)
     half = int_time / 2
     f_rows = np.asarray(start_freq)[:, None] + np.arange(w_freq.shape[1])

@@ -21,6 +21,7 @@ from ri_reference import analytic_args, make_scene
 from test_analytic import A1, FREQ_MHZ, IDX, INT_TIME, SHAPE, _regime_case
 
 from ri_kernels import (
+    QuadratureTables,
     analytic_eval_with_indices,
     analytic_moments_with_indices,
     gauss_legendre_offsets,
@@ -166,7 +167,10 @@ def _gauss_scene():
     w_time, start_time = lagrange_stencils(4, dt / scene.int_time, 3)
     assert np.array_equal(scene.start_g, start_time)
     analytic = analytic_args(scene)
-    quadrature = (*analytic[:5], w_time * scale, start_time, scene.dnu_mhz, dt, scene.freq_mhz)
+    quadrature_tables = QuadratureTables(
+        analytic[3].w_freq, analytic[3].start_freq, w_time * scale, start_time, scene.dnu_mhz, dt
+    )
+    quadrature = (*analytic[:3], quadrature_tables, scene.freq_mhz)
     return analytic, quadrature
 
 
@@ -203,9 +207,13 @@ def test_phase_and_delay_gradients_equal_the_quadrature_operators():
 def _cast(args, real):
     """Seam arguments in the precision pair of ``real`` (the integer starts unchanged)."""
     complex_of = {np.float32: np.complex64, np.float64: np.complex128}
-    return tuple(
-        x.astype(complex_of[real] if np.iscomplexobj(x) else real) if x.dtype.kind in "fc" else x
-        for x in args
+    return jax.tree.map(
+        lambda x: (
+            x.astype(complex_of[real] if np.iscomplexobj(x) else real)
+            if x.dtype.kind in "fc"
+            else x
+        ),
+        args,
     )
 
 
@@ -262,7 +270,7 @@ def test_kept_moments_are_constants_of_phase_and_delay():
 def test_extra_moments_are_formed_only_for_delay_tangents(argnums, slopes):
     """The phase-moment slopes (W_{n_mom}.., named in the program) appear only in a
     derivative along a delay: an amp gradient forms exactly the moments of a value."""
-    from ri_kernels._analytic import _MOMENTS, _SLOPES
+    from ri_kernels._pair_moments import MOMENTS, SLOPES
 
     scene = make_scene(5, n_path=4, rate_us_s=0.3, **SHAPE)
     args = analytic_args(scene, np.float32)
@@ -272,8 +280,8 @@ def test_extra_moments_are_formed_only_for_delay_tangents(argnums, slopes):
         return jnp.sum(jnp.abs(vis) ** 2)
 
     program = str(jax.make_jaxpr(jax.grad(loss, argnums))(*args[:3]))
-    assert f"name={_MOMENTS}" in program
-    assert (f"name={_SLOPES}" in program) == slopes
+    assert f"name={MOMENTS}" in program
+    assert (f"name={SLOPES}" in program) == slopes
 
 
 @pytest.mark.slow
@@ -286,8 +294,9 @@ def test_blocks_and_kept_residuals_give_the_same_phase_and_delay_gradients():
 
     args, _ = _regime_case(2, True)
     n_freq, n_time = args[0].shape[2:]
-    per_moment = IDX.n_bl * n_freq * n_time * N_RFI * args[7].size * 16  # complex128
-    per_pair_cell = _bytes_per_pair_cell(args[0], args[7].size, 5, 2, 6, 3)
+    n_int_f = args[3].dnu_mhz.size
+    per_moment = IDX.n_bl * n_freq * n_time * N_RFI * n_int_f * 16  # complex128
+    per_pair_cell = _bytes_per_pair_cell(args[0], n_int_f, 5, 2, 6, 3)
     whole = jax.grad(_analytic_loss(args), argnums=(0, 1))(args[1], args[2])
     for budget in (8 * per_moment, 6 * per_moment, 1):
         assert _block_plan(IDX.n_bl, n_freq, n_time, per_pair_cell, budget)[1].n_cell_blocks > 1

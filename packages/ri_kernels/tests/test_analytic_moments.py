@@ -29,7 +29,7 @@ def test_given_moments_equal_moments_formed_in_the_call(segments, terms, cubic_t
     args, ref = _regime_case(segments, cubic_terms > 0)
     options = {"segments": segments, "terms": terms, "cubic_terms": cubic_terms}
     moments = analytic_moments_with_indices(IDX, *args[1:], **options)
-    n_coef = args[5].shape[2]
+    n_coef = args[3].g_time.shape[2]
     n_rfi, n_freq, n_time = args[0].shape[1:]
     assert moments.shape == (2 * n_coef - 1, IDX.n_bl, n_freq, n_time, n_rfi, 2)
     assert moments.dtype == np.complex128

@@ -19,6 +19,8 @@ import pytest
 from ri_reference import quadrature_jnp
 
 from ri_kernels import (
+    AnalyticTables,
+    QuadratureTables,
     analytic_eval_with_indices,
     gauss_legendre_offsets,
     lagrange_stencils,
@@ -104,10 +106,10 @@ def test_quadrature_operator_with_gauss_samples_averages_the_channel_in_closed_f
     w_time0, start_time = lagrange_stencils(N_TIME, dt / INT_TIME, 3)
     w_time = w_time0 * time_scale
     with jax.enable_x64(True):
+        tables = QuadratureTables(w_freq, start_freq, w_time, start_time, dnu, dt)
         vis = quadrature_eval_with_indices(
-            make_indices(N_ANT, A1, A2), amp, phase, delay, w_freq, start_freq, w_time,
-            start_time, dnu, dt, FREQ_MHZ,
-        )  # fmt: skip
+            make_indices(N_ANT, A1, A2), amp, phase, delay, tables, FREQ_MHZ
+        )
     weights = time_scale**2 / dt.size
     ref = np.zeros(vis.shape, np.complex128)
     for b, (p, q) in enumerate(zip(A1, A2, strict=True)):
@@ -132,9 +134,10 @@ def test_analytic_operator_with_gauss_samples_averages_the_channel_in_closed_for
     w_freq, start_freq, dnu = _frequency_tables(24)
     g_time, start_time = monomial_stencils(N_TIME, 3)
     with jax.enable_x64(True):
+        tables = AnalyticTables(w_freq, start_freq, g_time, start_time, dnu, INT_TIME)
         vis = analytic_eval_with_indices(
-            make_indices(N_ANT, A1, A2), amp, phase, delay, w_freq, start_freq, g_time,
-            start_time, dnu, INT_TIME, FREQ_MHZ, segments=4, terms=16, cubic_terms=3,
+            make_indices(N_ANT, A1, A2), amp, phase, delay, tables, FREQ_MHZ, segments=4,
+            terms=16, cubic_terms=3,
         )  # fmt: skip
     x, w = np.polynomial.legendre.leggauss(2000)  # to 600 cycles per cell
     tau = INT_TIME / 2 * x
@@ -165,15 +168,15 @@ def test_gradients_with_gauss_samples_equal_the_dense_reference():
     w_time, start_time = lagrange_stencils(N_TIME, dt / INT_TIME, 3)
     w_time = w_time * time_scale
     weights = np.random.default_rng(4).normal(size=(A1.size, N_FREQ, N_TIME))
-    tables = (w_freq, start_freq, w_time, start_time, dnu, dt, FREQ_MHZ)
+    tables = QuadratureTables(w_freq, start_freq, w_time, start_time, dnu, dt)
     idx = make_indices(N_ANT, A1, A2)
 
     def ours(amp, delay):
-        vis = quadrature_eval_with_indices(idx, amp, phase, delay, *tables[:4], *tables[4:])
+        vis = quadrature_eval_with_indices(idx, amp, phase, delay, tables, FREQ_MHZ)
         return jnp.sum(weights * jnp.abs(vis) ** 2)
 
     def dense(amp, delay):
-        vis = quadrature_jnp(A1, A2, amp, phase, delay, *tables)
+        vis = quadrature_jnp(A1, A2, amp, phase, delay, tables, FREQ_MHZ)
         return jnp.sum(weights * jnp.abs(vis) ** 2)
 
     with jax.enable_x64(True):

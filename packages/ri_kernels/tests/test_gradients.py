@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from ri_reference import analytic_args, analytic_jnp, quadrature_args, quadrature_jnp
-from seam_autodiff import A1, A2, ARGS, N_ANT, POSITIONS, SCENE, value_jvp_vjp
+from seam_autodiff import A1, A2, N_ANT, POSITIONS, SCENE, leaves, value_jvp_vjp
 
 from ri_kernels import analytic_eval_with_indices, make_indices
 
@@ -25,11 +25,11 @@ N_DIFFERENTIATED = {"quadrature": 3, "analytic": 3}  # amp, phase, delay_us
 
 def _reference(dense, args, n_differentiated):
     with jax.enable_x64(True):
-        tables = [jnp.asarray(x) for x in args]
+        args = jax.tree.map(jnp.asarray, args)
 
     def run(primals, tangents, cotangent):
         def vis_of(*values):
-            return dense(A1, A2, *values, *tables[n_differentiated:])
+            return dense(A1, A2, *values, *args[n_differentiated:])
 
         vis, jvp_of = jax.linearize(vis_of, *primals)
         return vis, jvp_of(*tangents), jax.linear_transpose(jvp_of, *primals)(cotangent)
@@ -65,7 +65,7 @@ def _float64(values):
 
 def _derivatives_match_reference(name, real, tol, seed, value_tol):
     """Checks against the reference; returns (vis_and_jvp, primals, tangents, jvp)."""
-    args = [np.asarray(x) for x in ARGS[name](SCENE, real)]
+    args = leaves(name, SCENE, real)
     n = N_DIFFERENTIATED[name]
     rng = np.random.default_rng(seed)
     primals = [args[p] for p in POSITIONS]
@@ -159,7 +159,7 @@ def test_analytic_amp_derivatives_by_either_coefficient_path(budget, kept):
     from ri_kernels import analytic_moments_with_indices
 
     assert _coefficient_path(budget) == (budget == 1 << 28)
-    args = [jnp.asarray(x) for x in analytic_args(SCENE)]
+    args = jax.tree.map(jnp.asarray, analytic_args(SCENE))
     moments = analytic_moments_with_indices(IDX, *args[1:]) if kept else None
     rng = np.random.default_rng(8)
     tangent = _random_like(args[0], rng)

@@ -10,18 +10,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from ri_reference import analytic_reference, make_scene, quadrature_reference
-from seam_autodiff import A1, A2, ARGS, N_ANT, POSITIONS, SCENE, SEAMS, value_jvp_vjp
+from seam_autodiff import A1, A2, ARGS, N_ANT, POSITIONS, SCENE, SEAMS, leaves, value_jvp_vjp
 
-from ri_kernels import RFIAnalyticVisOp, RFIInterpVisOp, make_index_sets, make_indices
+from ri_kernels import make_index_sets, make_indices
 
 # float64 by design: the shared scene is complex128, its rows compared to 1e-12.
 pytestmark = pytest.mark.usefixtures("x64")
 
-OPERATORS = {"quadrature": RFIInterpVisOp, "analytic": RFIAnalyticVisOp}
-
 
 def _run(name, indices, cotangent, seed=0):
-    args = tuple(np.asarray(x) for x in ARGS[name](SCENE))
+    args = tuple(leaves(name))
     rng = np.random.default_rng(seed)
     tangents = []
     for p in POSITIONS:  # small real tangents keep every phase and delay step well inside a turn
@@ -45,13 +43,13 @@ def _assert_same(mine, expected, tol=1e-12):
 @pytest.mark.parametrize("name", ["quadrature", "analytic"])
 def test_every_third_baseline_equals_the_whole_operators_rows_in_value_and_gradient(name):
     rows = np.arange(0, A1.size, 3)
-    whole = OPERATORS[name](N_ANT, A1, A2)
-    third = OPERATORS[name](N_ANT, A1[rows], A2[rows])
+    whole = make_indices(N_ANT, A1, A2)
+    third = make_indices(N_ANT, A1[rows], A2[rows])
     cotangent = _cotangent(rows.size)
     padded = np.zeros((A1.size, *cotangent.shape[1:]), complex)
     padded[rows] = cotangent  # a loss on those rows only
-    vis_whole, jvp_whole, vjp_whole = _run(name, whole.indices, padded)
-    vis_third, jvp_third, vjp_third = _run(name, third.indices, cotangent)
+    vis_whole, jvp_whole, vjp_whole = _run(name, whole, padded)
+    vis_third, jvp_third, vjp_third = _run(name, third, cotangent)
     _assert_same(vis_third, np.asarray(vis_whole)[rows])
     _assert_same(jvp_third, np.asarray(jvp_whole)[rows])
     _assert_same(vjp_third, vjp_whole)
@@ -129,27 +127,3 @@ def test_empty_list_gives_no_rows_and_zero_gradient(name):
     (value, vis), grad = jax.value_and_grad(loss, has_aux=True)(args[0])
     assert vis.shape == (0, *SCENE.amp.shape[2:]) and vis.dtype == jnp.complex128
     assert value == 0 and grad.shape == SCENE.amp.shape and not np.any(grad)
-
-
-def test_operator_eval_is_the_dense_quadrature_of_its_baselines():
-    """``RFIInterpVisOp.eval`` and ``RFIAnalyticVisOp.eval`` against the independent numpy
-    references of the same baselines (the classes only hold the indices; this is their own
-    path, options passed through)."""
-    from ri_reference import analytic_args, quadrature_args
-
-    scene = make_scene(
-        7, n_ant=3, n_rfi=2, n_freq=2, n_time=5, n_int_f=2, n_int_t=4, n_coef=3, int_time=1.0
-    )
-    a1, a2 = np.array([0, 1, 2, 0]), np.array([1, 2, 2, 2])
-    q_args = quadrature_args(scene)
-    quadrature = RFIInterpVisOp(3, a1, a2).eval(*q_args, memory_budget_bytes=1 << 12)
-    a_args = analytic_args(scene)
-    analytic = RFIAnalyticVisOp(3, a1, a2).eval(*a_args, segments=4, terms=16, cubic_terms=3)
-    for vis, ref in (
-        (quadrature, quadrature_reference(a1, a2, *q_args)),
-        (analytic, analytic_reference(a1, a2, *a_args)),
-    ):
-        error = np.max(np.abs(np.asarray(vis) - ref)) / np.max(np.abs(ref))
-        print(f"operator eval against its reference: {error:.1e}")
-        # Measured 1.8e-15 (quadrature, in blocks of a 4 KiB budget) and 6.3e-16 (analytic).
-        assert np.asarray(vis).shape == (4, 2, 5) and error < 1e-13

@@ -9,9 +9,8 @@ import pytest
 from ri_reference import analytic_args, make_scene, quadrature_args
 
 from ri_kernels import (
-    RFIAnalyticVisOp,
-    RFIInterpVisOp,
     analytic_eval_with_indices,
+    analytic_moments_with_indices,
     make_indices,
     quadrature_eval_with_indices,
     stack_indices,
@@ -23,18 +22,24 @@ pytestmark = pytest.mark.usefixtures("x64")
 
 SCENE = make_scene(61, n_freq=3, n_time=5)
 IDX = make_indices(4, [0, 1], [1, 2])
-QUAD_NAMES = "amp phase delay_us w_freq start_freq w_time start_time dnu_mhz dt freq_mhz"
-ANA_NAMES = "amp phase delay_us w_freq start_freq g_time start_time dnu_mhz int_time freq_mhz"
-QUAD = dict(zip(QUAD_NAMES.split(), quadrature_args(SCENE), strict=True))
-ANA = dict(zip(ANA_NAMES.split(), analytic_args(SCENE), strict=True))
+SIGNAL_NAMES = ("amp", "phase", "delay_us", "tables", "freq_mhz")
+QUAD = dict(zip(SIGNAL_NAMES, quadrature_args(SCENE), strict=True))
+ANA = dict(zip(SIGNAL_NAMES, analytic_args(SCENE), strict=True))
+
+
+def _with(arguments, changes):
+    """The seam's arguments with ``changes``, by name: an argument's or a table's."""
+    tables = {k: v for k, v in changes.items() if k in arguments["tables"]._fields}
+    rest = {k: v for k, v in changes.items() if k not in tables}
+    return {**arguments, "tables": arguments["tables"]._replace(**tables), **rest}
 
 
 def _quadrature(indices=IDX, **changes):
-    return quadrature_eval_with_indices(indices, **{**QUAD, **changes})
+    return quadrature_eval_with_indices(indices, **_with(QUAD, changes))
 
 
 def _analytic(indices=IDX, options=None, **changes):
-    return analytic_eval_with_indices(indices, **{**ANA, **changes}, **(options or {}))
+    return analytic_eval_with_indices(indices, **_with(ANA, changes), **(options or {}))
 
 
 BAD_ARGUMENTS = [
@@ -51,13 +56,21 @@ BAD_ARGUMENTS = [
     (dict(amp=QUAD["amp"][0]), ValueError, r"amp has shape \(2, 3, 5\); expected 4 axes"),
     (dict(phase=QUAD["phase"][..., :4]), ValueError, r"phase has shape \(4, 2, 3, 4\); expected"),
     (dict(delay_us=QUAD["delay_us"][..., :0]), ValueError, "n_path >= 1"),
-    (dict(w_freq=QUAD["w_freq"][:2]), ValueError, r"w_freq has shape \(2, 3, 2\).*n_freq = 3"),
     (
-        dict(dnu_mhz=QUAD["dnu_mhz"][:1]),
+        dict(w_freq=QUAD["tables"].w_freq[:2]),
+        ValueError,
+        r"w_freq has shape \(2, 3, 2\).*n_freq = 3",
+    ),
+    (
+        dict(dnu_mhz=QUAD["tables"].dnu_mhz[:1]),
         ValueError,
         r"dnu_mhz has shape \(1,\); expected \(n_int_f,\) = \(2,\)",
     ),
-    (dict(dt=QUAD["dt"][:3]), ValueError, r"dt has shape \(3,\); expected \(n_int_t,\) = \(4,\)"),
+    (
+        dict(dt=QUAD["tables"].dt[:3]),
+        ValueError,
+        r"dt has shape \(3,\); expected \(n_int_t,\) = \(4,\)",
+    ),
     (dict(freq_mhz=QUAD["freq_mhz"][:2]), ValueError, r"freq_mhz has shape \(2,\)"),
     (
         dict(start_time=np.array([0, 0, 0, 0, 2])),
@@ -66,7 +79,7 @@ BAD_ARGUMENTS = [
     ),
     (dict(start_freq=np.array([0, 1, 1]) - 1), ValueError, r"start_freq\[0\] = -1"),
     (
-        dict(start_time=QUAD["start_time"].astype(float)),
+        dict(start_time=QUAD["tables"].start_time.astype(float)),
         TypeError,
         "start_time must be an integer array",
     ),
@@ -139,9 +152,7 @@ def test_checks_run_when_the_seam_is_traced_under_jit():
 
     @jax.jit
     def traced(amp, phase):
-        return quadrature_eval_with_indices(
-            IDX, amp, phase, *list(QUAD.values())[2:6], bad_time, *list(QUAD.values())[7:]
-        )
+        return _quadrature(amp=amp, phase=phase, start_time=bad_time)
 
     with pytest.raises(ValueError, match=r"start_time\[3\] = 0"):
         traced(QUAD["amp"], QUAD["phase"])
@@ -149,9 +160,19 @@ def test_checks_run_when_the_seam_is_traced_under_jit():
         jax.jit(lambda amp: _quadrature(amp=amp, phase=QUAD["phase"][:3]))(QUAD["amp"])
 
 
-def test_operator_classes_validate_their_list_and_expose_its_indices():
-    with pytest.raises(ValueError, match=r"baseline \(1, 2\) appears twice \(rows 0 and 2\)"):
-        RFIInterpVisOp(4, [1, 0, 1], [2, 1, 2])
-    op = RFIAnalyticVisOp(4, [0, 3], [3, 3])
-    assert (op.n_ant, op.n_bl) == (4, 2)
-    np.testing.assert_array_equal(op.indices.a2, [3, 3])
+def test_tables_of_the_other_operator_or_loose_arrays_are_refused():
+    expected = r"tables must be a ri_kernels.QuadratureTables; got AnalyticTables. Pass Quadr"
+    with pytest.raises(TypeError, match=expected):
+        _quadrature(tables=ANA["tables"])
+    with pytest.raises(TypeError, match=r"tables must be a ri_kernels.AnalyticTables; got tuple"):
+        _analytic(tables=tuple(ANA["tables"]))
+    signal = analytic_args(SCENE)[1:3]
+    with pytest.raises(TypeError, match=r"tables must be a ri_kernels.AnalyticTables"):
+        analytic_moments_with_indices(IDX, *signal, QUAD["tables"], ANA["freq_mhz"])
+
+
+def test_unknown_analytic_options_are_refused_naming_the_known_ones():
+    with pytest.raises(TypeError, match=r"unknown option 'segment'; .* segments, terms"):
+        _analytic(options=dict(segment=4))
+    with pytest.raises(TypeError, match="analytic_moments_with_indices: unknown option 'bend'"):
+        analytic_moments_with_indices(IDX, *analytic_args(SCENE)[1:], bend=False)

@@ -2,10 +2,10 @@
 
 Two operators turn per-antenna RFI signals on the data's (channel, time) grid into baseline
 visibilities averaged over each channel and integration: by quadrature over fine samples
-(:func:`quadrature_eval_with_indices`, :class:`RFIInterpVisOp`) or in closed form over time
-(:func:`analytic_eval_with_indices`, :class:`RFIAnalyticVisOp`), whose phase moments, fixed
-when the phases and delays are, can be formed once (:func:`analytic_moments_with_indices`) and
-reused at every call. Baseline lists are validated
+(:func:`quadrature_eval_with_indices`, its tables a :class:`QuadratureTables`) or in closed
+form over time (:func:`analytic_eval_with_indices`, its tables an :class:`AnalyticTables`),
+whose phase moments, fixed when the phases and delays are, can be formed once
+(:func:`analytic_moments_with_indices`) and reused at every call. Baseline lists are validated
 once on the host by :func:`make_indices` (several per-device lists at once, sized to what they
 touch, by :func:`make_index_sets`); the table builders make the interpolation tables.
 ``MAX_SEGMENTS``, ``MAX_TERMS``, ``MAX_CUBIC_TERMS`` and ``MAX_CHANNEL_TERMS`` bound the
@@ -19,7 +19,6 @@ from ri_kernels._analytic import analytic_eval_with_indices
 from ri_kernels._analytic_moments import analytic_moments_with_indices
 from ri_kernels._blocks import DEFAULT_MEMORY_BUDGET_BYTES
 from ri_kernels._indices import BaselineIndices, make_index_sets, make_indices, stack_indices
-from ri_kernels._operators import RFIAnalyticVisOp, RFIInterpVisOp
 from ri_kernels._phase_moments import (
     MAX_CHANNEL_TERMS,
     MAX_CUBIC_TERMS,
@@ -34,6 +33,8 @@ from ri_kernels._phase_moments import (
 from ri_kernels._quadrature import quadrature_eval_with_indices
 from ri_kernels._tables import (
     MAX_COEFFICIENTS,
+    AnalyticTables,
+    QuadratureTables,
     fine_offsets,
     gauss_legendre_offsets,
     in_view_stencils,
@@ -51,9 +52,9 @@ __all__ = [
     "MAX_CUBIC_TERMS",
     "MAX_SEGMENTS",
     "MAX_TERMS",
+    "AnalyticTables",
     "BaselineIndices",
-    "RFIAnalyticVisOp",
-    "RFIInterpVisOp",
+    "QuadratureTables",
     "__version__",
     "analytic_eval_with_indices",
     "analytic_moments_with_indices",

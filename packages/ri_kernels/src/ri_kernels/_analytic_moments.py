@@ -19,68 +19,42 @@ from ri_kernels._analytic import (
     _block_coordinates,
     _block_plan,
     _bytes_per_pair_cell,
-    _centre_orders,
     _checked,
-    _moments_of_block,
     _signal,
 )
 from ri_kernels._blocks import DEFAULT_MEMORY_BUDGET_BYTES, map_blocks
+from ri_kernels._pair_moments import block_moments, cell_constants, centre_orders
+from ri_kernels._tables import AnalyticTables
+
+_FN = "analytic_moments_with_indices"
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=(
-        "n_coef",
-        "segments",
-        "terms",
-        "cubic_terms",
-        "channel_terms",
-        "channel_bend",
-        "memory_budget_bytes",
-    ),
-)
-def _moments(
-    indices,
-    phase,
-    delay_us,
-    tables,
-    int_time,
-    n_coef,
-    segments,
-    terms,
-    cubic_terms,
-    channel_terms,
-    channel_bend,
-    memory_budget_bytes,
-):
+@functools.partial(jax.jit, static_argnames=("options", "budget"))
+def _moments(indices, phase, delay_us, tables, freq_mhz, view, options, budget):
     """Every pair's and cell's phase moments: (n_mom, n_bl, n_freq, n_time, n_rfi, n_int_f),
     or with ``channel_terms`` J > 0 at the channels' centres, (n_mom + J + 2, ..., 1)."""
-    options = {
-        "segments": segments,
-        "terms": terms,
-        "cubic_terms": cubic_terms,
-        "channel_terms": channel_terms,
-        "channel_bend": channel_bend,
-    }
+    options = options._asdict()
     n_ant, n_rfi, n_freq, n_time = phase.shape
-    n_bl, n_int_f, n_mom = indices.a1.shape[0], tables.dnu_mhz.shape[0], 2 * n_coef - 1
+    n_bl, n_int_f = indices.a1.shape[0], tables.dnu_mhz.shape[0]
+    n_mom = 2 * tables.g_time.shape[2] - 1
     complex_dtype = jax.lax.complex(phase[:0], phase[:0]).dtype
     like = jax.ShapeDtypeStruct((n_ant, n_rfi), complex_dtype)
     per_pair_cell = _bytes_per_pair_cell(like, n_int_f, n_mom, **options)
     signal = _signal(None, phase, delay_us)
+    constants = cell_constants(tables, freq_mhz, view)
 
     def block(block_id):
         rows, cell_f, cell_t = _block_coordinates(grid, block_id, n_bl, n_freq, n_time)
         p, q = indices.a1[rows], indices.a2[rows]
-        return _moments_of_block(signal, tables, int_time, p, q, cell_f, cell_t, n_mom, options)
+        return block_moments(signal, constants, p, q, cell_f, cell_t, n_mom, options)
 
     n_kept = n_mom
-    if channel_terms:  # kept at the channels' centres, a few orders more
-        n_kept, n_int_f = n_mom + _centre_orders(options, kept=True), 1
+    if options["channel_terms"]:  # kept at the channels' centres, a few orders more
+        n_kept, n_int_f = n_mom + centre_orders(options, kept=True), 1
     if n_bl == 0:
         return jnp.zeros((n_kept, 0, n_freq, n_time, n_rfi, n_int_f), complex_dtype)
 
-    block_ids, grid = _block_plan(n_bl, n_freq, n_time, per_pair_cell, memory_budget_bytes)
+    block_ids, grid = _block_plan(n_bl, n_freq, n_time, per_pair_cell, budget)
     ys = map_blocks(block, block_ids)  # (n_blocks, n_kept, B, C, n_rfi, n_int_f)
     ys = ys.reshape(grid.n_row_blocks, grid.n_cell_blocks, *ys.shape[1:])
     ys = ys.transpose(2, 0, 3, 1, 4, 5, 6).reshape(
@@ -97,25 +71,16 @@ def analytic_moments_with_indices(
     indices,
     phase,
     delay_us,
-    w_freq,
-    start_freq,
-    g_time,
-    start_time,
-    dnu_mhz,
-    int_time,
+    tables: AnalyticTables,
     freq_mhz,
     *,
-    segments: int = 2,
-    terms: int = 6,
-    cubic_terms: int = 3,
-    memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
     view=None,
-    channel_terms: int = 0,
-    channel_bend: bool = True,
+    memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+    **options,
 ):
     """The phase moments :func:`analytic_eval_with_indices` forms from the same arguments
-    (all but ``amp``; ``view`` as there), to be formed once and passed to it as ``moments`` at
-    every call.
+    (all but ``amp``; ``view``, the memory budget and the keyword ``options`` as it takes
+    them), to be formed once and passed to it as ``moments`` at every call.
 
     ``W_m[b, f, t, r, u]``, m < 2 n_coef - 1, is the mean over x in [-1, 1] of
     ``x**m exp(i (phi0 + a x + b x**2 + c x**3))`` for pair b, source r and fine channel u of
@@ -134,37 +99,16 @@ def analytic_moments_with_indices(
         complex128): what keeping them costs; with channel_terms J > 0,
         (2 n_coef + J + 1, n_bl, n_freq, n_time, n_rfi, 1).
     """
-    fn = "analytic_moments_with_indices"
     complex_of = {np.dtype(real): cplx for cplx, real in _validate.PRECISION_PAIRS.items()}
     real = np.dtype(getattr(phase, "dtype", None))
     if real not in complex_of or getattr(phase, "ndim", 0) != 4:
         raise TypeError(
-            f"{fn}: phase must be a float32 or float64 array (n_ant, n_rfi, n_freq, n_time); "
+            f"{_FN}: phase must be a float32 or float64 array (n_ant, n_rfi, n_freq, n_time); "
             f"got {real} of shape {tuple(getattr(phase, 'shape', ()))}"
         )
     # The checks of analytic_eval_with_indices, for an amp of phase's shape.
     like = jax.ShapeDtypeStruct(phase.shape, complex_of[real])
-    checked = _checked(
-        fn,
-        indices,
-        like,
-        phase,
-        delay_us,
-        w_freq,
-        start_freq,
-        g_time,
-        start_time,
-        dnu_mhz,
-        int_time,
-        freq_mhz,
-        segments,
-        terms,
-        cubic_terms,
-        memory_budget_bytes,
-        view,
-        channel_terms=channel_terms,
-        channel_bend=channel_bend,
-    )
-    tables, delay_us, int_time, options = checked
-    n_coef = g_time.shape[2]
-    return _moments(indices, phase, delay_us, tables, int_time, n_coef, **options)
+    signal = (indices, like, phase, delay_us, tables, freq_mhz)
+    tables, delay_us, options = _checked(_FN, *signal, view, None, options)
+    budget = _validate.budget(_FN, memory_budget_bytes)
+    return _moments(indices, phase, delay_us, tables, freq_mhz, view, options, budget)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +25,9 @@ from ri_kernels._blocks import (
     padded_blocks,
     unblock_cells,
 )
+from ri_kernels._docstrings import described
 from ri_kernels._phasor import unit_phasor
+from ri_kernels._tables import QuadratureTables
 
 _FN = "quadrature_eval_with_indices"
 _HIGHEST = jax.lax.Precision.HIGHEST
@@ -34,30 +35,6 @@ _HIGHEST = jax.lax.Precision.HIGHEST
 # Fine-grid arrays alive per cell and per (antenna, k) while a block runs forward and backward:
 # amplitude, phase, phasor, signal and their cotangents. An estimate for sizing blocks.
 _LIVE_FINE_ARRAYS = 6
-
-
-class _QuadratureTables(NamedTuple):
-    """Interpolation tables and fine offsets of the quadrature operator. Real arrays are float32
-    with complex64 ``amp`` and float64 with complex128.
-
-    w_freq: (n_freq, n_sf, n_int_f) real weights of data channels start_freq[f] + k at fine
-        channel u of channel f.
-    start_freq: (n_freq,) int32 first data channel of each channel's stencil.
-    w_time: (n_src_t, n_time, n_st, n_int_t) real weights of data times start_time[t] + l at
-        fine time v of integration t, n_src_t = 1 (the same for every source) or n_rfi.
-    start_time: (n_time,) int32 first data time of each integration's stencil.
-    dnu_mhz: (n_int_f,) real fine-channel offsets from the channel centre (MHz).
-    dt: (n_src_t, n_time, n_int_t) real fine-time offsets from the cell centre (s).
-    freq_mhz: (n_freq,) real channel centres (MHz).
-    """
-
-    w_freq: jax.Array
-    start_freq: jax.Array
-    w_time: jax.Array
-    start_time: jax.Array
-    dnu_mhz: jax.Array
-    dt: jax.Array
-    freq_mhz: jax.Array
 
 
 @jax.custom_jvp
@@ -99,14 +76,15 @@ def _delay_offset(delay, dt):
     return horner * dt
 
 
-def _fine_signal(cell_f, cell_t, amp, amp_factor, phase, delay_us, tables, ant):
+def _fine_signal(cell_f, cell_t, amp, amp_factor, phase, delay_us, tables, freq_mhz, ant):
     """Fine-sampled signal of each cell in a block, antenna axis last.
 
     cell_f, cell_t: (C,) channel and time of each cell. amp, phase: (n_freq, n_time, n_rfi,
     n_a); amp_factor: None, or the real per-antenna factor of amp, which then has an antenna
     axis of 1 (the signal is their product); delay_us: (n_time, n_rfi, n_path, n_a); tables:
-    the operator's :class:`_QuadratureTables`; ant: (n_u,) the antennas to take of the n_a, or
-    None for all of them (n_u = n_a). Returns X: (C, n_rfi * n_int_f * n_int_t, n_u) complex.
+    the operator's :class:`QuadratureTables` with time tables per source (:func:`_per_source`);
+    freq_mhz: (n_freq,) channel centres; ant: (n_u,) the antennas to take of the n_a, or None
+    for all of them (n_u = n_a). Returns X: (C, n_rfi * n_int_f * n_int_t, n_u) complex.
 
     The antenna axis is last because XLA fuses this elementwise work into the Gram matmul's
     operands: with antennas innermost every operand is contiguous there and the loop
@@ -141,9 +119,9 @@ def _fine_signal(cell_f, cell_t, amp, amp_factor, phase, delay_us, tables, ant):
     offset = _delay_offset(delay, dt)[:, :, None]  # (C, n_rfi, 1, n_int_t, n_u)
     # freq * offset + dnu * (offset + delay_0) equals (freq + dnu) * offset + dnu * delay_0
     # without rounding freq + dnu, which costs ~1e-4 MHz in float32 at 1 GHz.
-    freq_mhz = tables.freq_mhz[cell_f][:, None, None, None, None]
+    centre_mhz = freq_mhz[cell_f][:, None, None, None, None]
     dnu_mhz = tables.dnu_mhz[:, None, None]
-    cycles = freq_mhz * offset + dnu_mhz * (offset + delay[:, :, None, None, 0, :])
+    cycles = centre_mhz * offset + dnu_mhz * (offset + delay[:, :, None, None, 0, :])
     # In turns: the phasor's range reduction is then exact (see _phasor).
     turns = centre_phase / (2 * math.pi) + cycles
     signal = _rotate(fine_amp, turns)
@@ -210,12 +188,12 @@ def _gram_reader(indices):
 
 
 @functools.partial(jax.jit, static_argnames=("memory_budget_bytes",))
-def _quadrature(indices, amp, amp_factor, phase, delay_us, tables, memory_budget_bytes):
+def _quadrature(indices, amp, amp_factor, phase, delay_us, tables, freq_mhz, memory_budget_bytes):
     n_ant, _, n_freq, n_time = phase.shape
     n_bl = indices.a1.shape[0]
     if n_bl == 0:
         return jnp.zeros((0, n_freq, n_time), amp.dtype)
-    tables = jax.lax.stop_gradient(tables)
+    tables, freq_mhz = jax.lax.stop_gradient((tables, freq_mhz))
     n_int_f, n_int_t = tables.dnu_mhz.shape[0], tables.dt.shape[-1]
     per_cell = _bytes_per_cell(amp, indices, n_int_f, n_int_t)
     # The signal with its cell axes first, so that blocks gather whole rows. A set with room
@@ -254,7 +232,7 @@ def _quadrature(indices, amp, amp_factor, phase, delay_us, tables, memory_budget
     read = _gram_reader(indices)
 
     def block(coordinates):
-        signal = _fine_signal(*coordinates, amp, amp_factor, phase, delay_us, tables, ant)
+        signal = _fine_signal(*coordinates, amp, amp_factor, phase, delay_us, tables, freq_mhz, ant)
         return read(signal).T
 
     cells = padded_blocks(n_freq * n_time, size, n_blocks)
@@ -262,17 +240,13 @@ def _quadrature(indices, amp, amp_factor, phase, delay_us, tables, memory_budget
     return vis / (n_int_f * n_int_t)
 
 
+@described
 def quadrature_eval_with_indices(
     indices,
     amp,
     phase,
     delay_us,
-    w_freq,
-    start_freq,
-    w_time,
-    start_time,
-    dnu_mhz,
-    dt,
+    tables: QuadratureTables,
     freq_mhz,
     *,
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
@@ -287,68 +261,40 @@ def quadrature_eval_with_indices(
     series of the delay about the cell centre. MHz times us is cycles.
 
     Args:
-        indices: from :func:`make_indices` for ``n_ant`` antennas and ``n_bl`` baselines.
-        amp: (n_ant, n_rfi, n_freq, n_time) complex64 or complex128 signal per data cell; with
-            ``amp_factor``, (1, n_rfi, n_freq, n_time), the part every antenna shares.
-        phase: (n_ant, n_rfi, n_freq, n_time) real phase (rad) at each channel and cell centre.
-        delay_us: (n_ant, n_rfi, n_time, n_path >= 1) real delay (us) relative to the array
-            mean at each cell centre, then its time derivatives (us/s**k).
-        w_freq, start_freq: (n_freq, n_sf, n_int_f) real weights, (n_freq,) integer starts.
-        w_time, start_time: (n_time, n_st, n_int_t) real weights, (n_time,) integer starts;
-            or per source, (n_rfi, n_time, n_st, n_int_t) weights with the same starts.
-        dnu_mhz: (n_int_f,) fine offsets from the channel centre (MHz).
-        dt: (n_int_t,) fine offsets from the cell centre (s); with per-source weights,
-            (n_rfi, n_time, n_int_t) per source and integration. Per-source tables take each
-            source's fine samples where it is in view (:func:`in_view_stencils`: a satellite
-            rising or setting within an integration).
-        freq_mhz: (n_freq,) channel centres (MHz).
+        $signal
+        tables: the operator's :class:`QuadratureTables`, per source where a source is in
+            view for only part of some integrations (:func:`in_view_stencils`).
+        freq_mhz: (n_freq,) real channel centres (MHz).
         memory_budget_bytes: approximate bytes of fine-grid intermediates per block of cells.
-        amp_factor: None, or (n_ant, n_rfi, n_freq, n_time) real: each antenna's factor of a
-            signal ``amp_factor[a] * amp[0]`` whose varying part ``amp`` all antennas share
-            (a known beam and distance seen by each antenna, say). The result equals passing
-            the product as ``amp``; where the work runs in several blocks the product is
-            formed only at each block's cells, so neither it nor (in reverse mode) its
-            cotangent is ever held whole.
+        $amp_factor
 
     Returns:
         (n_bl, n_freq, n_time) visibilities in amp's dtype.
 
     Real arrays must be float32 with complex64 and float64 with complex128. ``amp``,
-    ``amp_factor``, ``phase`` and ``delay_us`` are differentiated; the tables, offsets and
-    channel centres are constants (zero gradient).
+    ``amp_factor``, ``phase`` and ``delay_us`` are differentiated; the tables and channel
+    centres are constants (zero gradient).
     """
-    real, _, _, _ = _validate.signal(
-        _FN, indices, amp, phase, delay_us, w_freq, start_freq, dnu_mhz, freq_mhz, amp_factor
-    )
-    n_rfi, n_time = amp.shape[1], amp.shape[3]
-    per_source = getattr(w_time, "ndim", 0) == 4
-    if per_source:
-        _validate.array(
-            _FN, "w_time", w_time, real, (n_rfi, *w_time.shape[1:]), "(n_rfi, n_time, ...)"
-        )
-        _, n_int_t = _validate.stencil(
-            _FN, "w_time[0]", w_time[0], "start_time", start_time, n_time, "n_time", real, "n_int_t"
-        )
-        _validate.array(
-            _FN, "dt", dt, real, (n_rfi, n_time, n_int_t), "(n_rfi, n_time, n_int_t) per source"
-        )
-    else:
-        _, n_int_t = _validate.stencil(
-            _FN, "w_time", w_time, "start_time", start_time, n_time, "n_time", real, "n_int_t"
-        )
-        _validate.array(_FN, "dt", dt, real, (n_int_t,), "(n_int_t,)")
-        # the same for every source and integration
-        w_time, dt = w_time[None], jnp.broadcast_to(dt, (1, n_time, n_int_t))
+    real = _validate.signal(_FN, indices, amp, phase, delay_us, freq_mhz, amp_factor)
+    _validate.quadrature_tables(_FN, tables, amp.shape, real)
     budget = _validate.budget(_FN, memory_budget_bytes)
-    tables = _QuadratureTables(
-        w_freq,
-        start_freq.astype("int32"),
-        w_time,
-        start_time.astype("int32"),
-        dnu_mhz,
-        dt,
-        freq_mhz,
-    )
+    tables = _per_source(tables)
     return _quadrature(
-        indices, amp, amp_factor, phase, delay_us, tables, memory_budget_bytes=budget
+        indices, amp, amp_factor, phase, delay_us, tables, freq_mhz, memory_budget_bytes=budget
+    )
+
+
+def _per_source(tables: QuadratureTables) -> QuadratureTables:
+    """The tables as the operator works on them: int32 starts, and time tables per source,
+    (n_src_t, n_time, n_st, n_int_t) weights and (n_src_t, n_time, n_int_t) offsets, with
+    n_src_t = 1 where they are the same for every source and integration."""
+    w_time, dt = tables.w_time, tables.dt
+    if w_time.ndim == 3:
+        n_time, _, n_int_t = w_time.shape
+        w_time, dt = w_time[None], jnp.broadcast_to(dt, (1, n_time, n_int_t))
+    return tables._replace(
+        start_freq=tables.start_freq.astype("int32"),
+        w_time=w_time,
+        start_time=tables.start_time.astype("int32"),
+        dt=dt,
     )

@@ -1,5 +1,6 @@
-"""Table builders: fine-sample offsets (midpoint and Gauss-Legendre), Lagrange stencils and
-monomial coefficient tables.
+"""The operators' tables (:class:`QuadratureTables`, :class:`AnalyticTables`) and their
+builders: fine-sample offsets (midpoint and Gauss-Legendre), Lagrange stencils and monomial
+coefficient tables.
 
 The operators treat these tables as data: any linear interpolant with stencils that lie inside
 their axis and contain their own cell may be passed instead.
@@ -8,11 +9,74 @@ their axis and contain their own cell may be passed instead.
 from __future__ import annotations
 
 import operator
+from typing import NamedTuple
 
+import jax
 import numpy as np
 from numpy.polynomial import polynomial
 
+from ri_kernels._docstrings import described
+
 MAX_COEFFICIENTS = 9
+
+
+@described
+class QuadratureTables(NamedTuple):
+    """How the quadrature operator (:func:`quadrature_eval_with_indices`) samples each cell:
+    the interpolation weights from the data grid to its fine samples, and where they lie.
+
+    Across a channel:
+
+    $frequency_tables
+
+    Across an integration:
+
+    w_time: (n_time, n_st, n_int_t) real weights of data time ``start_time[t] + l`` at fine
+        time v of integration t (:func:`lagrange_stencils`); or per source, (n_rfi, n_time,
+        n_st, n_int_t), each source's fine samples where it is in view
+        (:func:`in_view_stencils`: a satellite rising or setting within an integration).
+    start_time: (n_time,) integer first data time of each integration's stencil.
+    dt: (n_int_t,) real fine-time offsets from the cell centre (s); with per-source weights,
+        (n_rfi, n_time, n_int_t), per source and integration.
+
+    $table_rules
+    """
+
+    w_freq: jax.Array
+    start_freq: jax.Array
+    w_time: jax.Array
+    start_time: jax.Array
+    dnu_mhz: jax.Array
+    dt: jax.Array
+
+
+@described
+class AnalyticTables(NamedTuple):
+    """How the closed-form operator (:func:`analytic_eval_with_indices`) interpolates each
+    cell: weights across a channel to its fine channels, and each integration's amplitude as a
+    polynomial in ``x = 2 tau / int_time`` in [-1, 1].
+
+    Across a channel:
+
+    $frequency_tables
+
+    Across an integration:
+
+    g_time: (n_time, n_st, n_coef) real coefficient of ``x**m`` of data time
+        ``start_time[t] + l`` in integration t (:func:`monomial_stencils`), n_coef in
+        1..``MAX_COEFFICIENTS``.
+    start_time: (n_time,) integer first data time of each integration's stencil.
+    int_time: the integration time (s): a positive number, or a 0-d real array.
+
+    $table_rules
+    """
+
+    w_freq: jax.Array
+    start_freq: jax.Array
+    g_time: jax.Array
+    start_time: jax.Array
+    dnu_mhz: jax.Array
+    int_time: float | jax.Array
 
 
 def _count(name: str, value, low: int, high: int | None = None) -> int:

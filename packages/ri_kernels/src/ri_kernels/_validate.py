@@ -1,4 +1,5 @@
-"""Host-side argument checks, run before anything is traced.
+"""Host-side argument checks, run before anything is traced: one set that every entry point
+takes, as the arguments are described once (``_docstrings``).
 
 Shapes and dtypes are static, so they are checked even when a seam is called under ``jit`` or
 inside ``shard_map``. Values (stencil starts, ``int_time``) are checked when they are concrete
@@ -9,12 +10,14 @@ are trusted, as their builders validated them.
 from __future__ import annotations
 
 import operator
+from typing import NamedTuple
 
 import jax
 import numpy as np
 
 from ri_kernels._indices import BaselineIndices, index_shapes
-from ri_kernels._tables import MAX_COEFFICIENTS
+from ri_kernels._phase_moments import MAX_CHANNEL_TERMS, MAX_CUBIC_TERMS, MAX_SEGMENTS, MAX_TERMS
+from ri_kernels._tables import MAX_COEFFICIENTS, AnalyticTables, QuadratureTables
 
 PRECISION_PAIRS = {np.dtype(np.complex64): np.float32, np.dtype(np.complex128): np.float64}
 
@@ -92,16 +95,20 @@ def indices(fn: str, index_set, n_ant: int) -> int:
     return index_set.n_bl
 
 
-def stencil(fn, w_name, w, s_name, start, n_cells, axis, dtype, n_int_name, n_int=None):
-    """Check a (n_cells, n_stencil, n_int) table and its starts; return (n_stencil, n_int)."""
+_STARTS = {"n_freq": "tables.start_freq", "n_time": "tables.start_time"}
+
+
+def stencil(fn, w_name, w, start, n_cells, axis, dtype, n_int_name) -> int:
+    """Check a (n_cells, n_stencil, n_int) table on the ``axis`` ("n_freq" or "n_time") of
+    ``n_cells`` cells, and its starts; return n_int."""
+    s_name = _STARTS[axis]
     if _dtype(w) is None or getattr(w, "ndim", 0) != 3 or w.shape[0] != n_cells:
         shape = tuple(getattr(w, "shape", ()))
         raise ValueError(
             f"{fn}: {w_name} has shape {shape}; expected ({axis}, n_stencil, {n_int_name}) "
             f"with {axis} = {n_cells}"
         )
-    n_stencil = w.shape[1]
-    n_int = w.shape[2] if n_int is None else n_int
+    n_stencil, n_int = w.shape[1:]
     array(fn, w_name, w, dtype, (n_cells, n_stencil, n_int), f"({axis}, n_stencil, {n_int_name})")
     if not 1 <= n_stencil <= n_cells:
         raise ValueError(
@@ -125,18 +132,19 @@ def stencil(fn, w_name, w, s_name, start, n_cells, axis, dtype, n_int_name, n_in
                 f"and lie inside [0, {n_cells}) ({bad.size} bad cells); stencils need "
                 f"0 <= start[c] <= c < start[c] + n_stencil <= {axis}"
             )
-    return n_stencil, n_int
+    return n_int
 
 
-def int_time(fn: str, value, dtype: np.dtype) -> None:
+def _int_time(fn: str, value, dtype: np.dtype) -> None:
     """A positive scalar: a Python number or a 0-d array of the working real dtype."""
+    name = "tables.int_time"
     if _dtype(value) is not None:
-        array(fn, "int_time", value, dtype, (), "a scalar")
+        array(fn, name, value, dtype, (), "a scalar")
     elif not isinstance(value, int | float) or isinstance(value, bool):
-        raise TypeError(f"{fn}: int_time must be a number of seconds; got {value!r}")
+        raise TypeError(f"{fn}: {name} must be a number of seconds; got {value!r}")
     known = concrete(value)
     if known is not None and not (np.isfinite(known) and known > 0):
-        raise ValueError(f"{fn}: int_time must be positive and finite (s); got {float(known)}")
+        raise ValueError(f"{fn}: {name} must be positive and finite (s); got {float(known)}")
 
 
 def option(fn: str, name: str, value, low: int, high: int) -> int:
@@ -157,12 +165,83 @@ def flag(fn: str, name: str, value) -> bool:
     return bool(value)
 
 
-def coefficients(fn: str, n_coef: int) -> None:
+def _tables_type(fn: str, tables, kind: type) -> None:
+    if not isinstance(tables, kind):
+        raise TypeError(
+            f"{fn}: tables must be a ri_kernels.{kind.__name__}; got {type(tables).__name__}. "
+            f"Pass {kind.__name__}({', '.join(kind._fields)})"
+        )
+
+
+def _frequency_tables(fn: str, tables, n_freq: int, dtype: np.dtype) -> None:
+    """The tables across a channel, which both operators' tables hold."""
+    n_int_f = stencil(
+        fn, "tables.w_freq", tables.w_freq, tables.start_freq, n_freq, "n_freq", dtype, "n_int_f"
+    )
+    array(fn, "tables.dnu_mhz", tables.dnu_mhz, dtype, (n_int_f,), "(n_int_f,)")
+
+
+def quadrature_tables(fn: str, tables, shape: tuple, dtype: np.dtype) -> None:
+    """A :class:`QuadratureTables` for a signal of ``shape`` (n_ant, n_rfi, n_freq, n_time)."""
+    _tables_type(fn, tables, QuadratureTables)
+    _, n_rfi, n_freq, n_time = shape
+    _frequency_tables(fn, tables, n_freq, dtype)
+    w_time, name = tables.w_time, "tables.w_time"
+    per_source = getattr(w_time, "ndim", 0) == 4  # in_view_stencils
+    if per_source:
+        array(fn, name, w_time, dtype, (n_rfi, *w_time.shape[1:]), "(n_rfi, n_time, n_st, n_int_t)")
+        w_time, name = w_time[0], "tables.w_time[0]"
+    n_int_t = stencil(fn, name, w_time, tables.start_time, n_time, "n_time", dtype, "n_int_t")
+    if per_source:
+        dt_shape, meaning = (n_rfi, n_time, n_int_t), "(n_rfi, n_time, n_int_t) per source"
+    else:
+        dt_shape, meaning = (n_int_t,), "(n_int_t,)"
+    array(fn, "tables.dt", tables.dt, dtype, dt_shape, meaning)
+
+
+def analytic_tables(fn: str, tables, shape: tuple, dtype: np.dtype) -> None:
+    """An :class:`AnalyticTables` for a signal of ``shape`` (n_ant, n_rfi, n_freq, n_time)."""
+    _tables_type(fn, tables, AnalyticTables)
+    _frequency_tables(fn, tables, shape[2], dtype)
+    n_coef = stencil(
+        fn, "tables.g_time", tables.g_time, tables.start_time, shape[3], "n_time", dtype, "n_coef"
+    )
     if not 1 <= n_coef <= MAX_COEFFICIENTS:
         raise ValueError(
-            f"{fn}: g_time has {n_coef} monomial coefficients; the analytic operator takes "
-            f"1..{MAX_COEFFICIENTS}"
+            f"{fn}: tables.g_time has {n_coef} monomial coefficients; the analytic operator "
+            f"takes 1..{MAX_COEFFICIENTS}"
         )
+    _int_time(fn, tables.int_time, dtype)
+
+
+class AnalyticOptions(NamedTuple):
+    """The analytic operator's static options (``analytic_eval_with_indices``, which
+    describes them), with their defaults: hashable, so that a compiled operator is kept per
+    set of options."""
+
+    segments: int = 2
+    terms: int = 6
+    cubic_terms: int = 3
+    channel_terms: int = 0
+    channel_bend: bool = True
+
+
+def analytic_options(fn: str, options: dict) -> AnalyticOptions:
+    """The keyword options given to an analytic entry point, checked, the rest defaulted."""
+    unknown = sorted(set(options) - set(AnalyticOptions._fields))
+    if unknown:
+        raise TypeError(
+            f"{fn}: unknown option {unknown[0]!r}; the analytic operator's options are "
+            f"{', '.join(AnalyticOptions._fields)} and memory_budget_bytes"
+        )
+    given = AnalyticOptions(**options)
+    return AnalyticOptions(
+        segments=option(fn, "segments", given.segments, 1, MAX_SEGMENTS),
+        terms=option(fn, "terms", given.terms, 1, MAX_TERMS),
+        cubic_terms=option(fn, "cubic_terms", given.cubic_terms, 0, MAX_CUBIC_TERMS),
+        channel_terms=option(fn, "channel_terms", given.channel_terms, 0, MAX_CHANNEL_TERMS),
+        channel_bend=flag(fn, "channel_bend", given.channel_bend),
+    )
 
 
 def view(fn: str, value, n_rfi: int, n_time: int, dtype: np.dtype) -> None:
@@ -185,10 +264,9 @@ def budget(fn: str, memory_budget_bytes) -> int:
     return option(fn, "memory_budget_bytes", memory_budget_bytes, 1, 1 << 50)
 
 
-def signal(
-    fn: str, index_set, amp, phase, delay_us, w_freq, start_freq, dnu_mhz, freq_mhz, amp_factor=None
-):
-    """Checks shared by both operators. Returns (real dtype, n_bl, n_path, n_int_f)."""
+def signal(fn: str, index_set, amp, phase, delay_us, freq_mhz, amp_factor=None) -> np.dtype:
+    """Checks of the arguments both operators take besides their tables (``amp`` may be a
+    ``jax.ShapeDtypeStruct``). Returns the real dtype that goes with ``amp``'s."""
     real = precision(fn, amp)
     if amp.ndim != 4:
         raise ValueError(
@@ -211,7 +289,7 @@ def signal(
         shape = (amp_factor.shape[0], *shape[1:])
         array(fn, "amp_factor", amp_factor, real, shape, "(n_ant, n_rfi, n_freq, n_time)")
     n_ant, n_rfi, n_freq, n_time = shape
-    n_bl = indices(fn, index_set, n_ant)
+    indices(fn, index_set, n_ant)
     array(fn, "phase", phase, real, shape, "(n_ant, n_rfi, n_freq, n_time), the signal's shape")
     if getattr(delay_us, "ndim", 0) != 4 or delay_us.shape[3] < 1:
         raise ValueError(
@@ -227,9 +305,5 @@ def signal(
         (n_ant, n_rfi, n_time, n_path),
         "(n_ant, n_rfi, n_time, n_path)",
     )
-    _, n_int_f = stencil(
-        fn, "w_freq", w_freq, "start_freq", start_freq, n_freq, "n_freq", real, "n_int_f"
-    )
-    array(fn, "dnu_mhz", dnu_mhz, real, (n_int_f,), "(n_int_f,)")
     array(fn, "freq_mhz", freq_mhz, real, (n_freq,), "(n_freq,)")
-    return real, n_bl, n_path, n_int_f
+    return real

@@ -215,25 +215,18 @@ class GroupTables(NamedTuple):
     """Arrays of one group, handed to its operator as traced arguments.
 
     indices: ri_kernels index arrays of the group's baselines. rows: (n_rows,) int32 rows of
-    the output the group writes. w_freq, start_freq: (n_freq, n_sf, n_int_f), (n_freq,).
-    w_time, start_time: (n_time, n_st, n_int_t) or, for analytic, the monomial table
-    (n_time, n_coef, n_coef), and (n_time,). dnu_mhz: (n_int_f,). dt: (n_int_t,) s (quadrature)
-    or () the integration time in s (analytic). moments: None, or for an analytic group the
-    phase moments of its rows kept across steps (``with_phase_cache``). Where a satellite is in
-    view for only part of some integrations (``joint.satellite_view``), a quadrature group's
-    w_time and dt are per source, (n_src, n_time, n_st, n_int_t) and (n_src, n_time,
-    n_int_t), its fine samples in the in-view part (``ri_kernels.in_view_stencils``), and an
-    analytic group's view is that part, (n_src, n_time, 2) in x; otherwise view is None.
+    the output the group writes. tables: its operator's ``ri_kernels.QuadratureTables`` or
+    ``ri_kernels.AnalyticTables``, in the model's real dtype with int32 starts. moments: None,
+    or for an analytic group the phase moments of its rows kept across steps
+    (``with_phase_cache``). Where a satellite is in view for only part of some integrations
+    (``joint.satellite_view``), a quadrature group's tables are per source, its fine samples
+    in the in-view part (``ri_kernels.in_view_stencils``), and an analytic group's view is
+    that part, (n_src, n_time, 2) in x; otherwise view is None.
     """
 
     indices: ri_kernels.BaselineIndices
     rows: jax.Array
-    w_freq: jax.Array
-    start_freq: jax.Array
-    w_time: jax.Array
-    start_time: jax.Array
-    dnu_mhz: jax.Array
-    dt: jax.Array
+    tables: ri_kernels.QuadratureTables | ri_kernels.AnalyticTables
     moments: jax.Array | None = None
     view: jax.Array | None = None
 
@@ -361,20 +354,21 @@ def make_group_tables(
             )
             dt = positions * int_time
         view = None  # held in the per-source tables
+        tables = ri_kernels.QuadratureTables(w_freq, start_freq, w_time, start_time, dnu_mhz, dt)
     else:
-        dt = np.asarray(int_time)
-        w_time, start_time = ri_kernels.monomial_stencils(n_time, stencil)
-    indices = ri_kernels.make_indices(n_ant, a1[rows], a2[rows])
+        g_time, start_time = ri_kernels.monomial_stencils(n_time, stencil)
+        tables = ri_kernels.AnalyticTables(
+            w_freq, start_freq, g_time, start_time, dnu_mhz, int_time
+        )
     real = jnp.dtype(dtype)
+
+    def on_device(x):  # in the model's real dtype, the stencil starts int32
+        return jnp.asarray(x, jnp.int32 if np.asarray(x).dtype.kind == "i" else real)
+
     return GroupTables(
-        indices=indices,
+        indices=ri_kernels.make_indices(n_ant, a1[rows], a2[rows]),
         rows=jnp.asarray(rows, jnp.int32),
-        w_freq=jnp.asarray(w_freq, real),
-        start_freq=jnp.asarray(start_freq, jnp.int32),
-        w_time=jnp.asarray(w_time, real),
-        start_time=jnp.asarray(start_time, jnp.int32),
-        dnu_mhz=jnp.asarray(dnu_mhz, real),
-        dt=jnp.asarray(dt, real),
+        tables=jax.tree.map(on_device, tables),
         view=None if view is None else jnp.asarray(view, real),
     )
 
@@ -391,19 +385,6 @@ def snr_from_data(vis: np.ndarray, flags: np.ndarray, noise) -> float:
     """Largest unflagged |vis| over the smallest noise: an upper bound on RFI power / noise."""
     peak = np.max(np.where(flags, 0.0, np.abs(vis)), initial=0.0)
     return float(peak / np.min(noise))
-
-
-def _grid(tables: GroupTables, freq_mhz) -> tuple:
-    """The operators' arguments after the delays: interpolation tables, fine offsets, centres."""
-    return (
-        tables.w_freq,
-        tables.start_freq,
-        tables.w_time,
-        tables.start_time,
-        tables.dnu_mhz,
-        tables.dt,
-        freq_mhz,
-    )
 
 
 def _analytic_options(spec: GroupSpec, config: RfiVisConfig) -> dict:
@@ -578,7 +559,7 @@ def evaluate_group(
     n_time) (``rfi_signal.forward_parts``); phase: (n_ant, n_src, n_freq, n_time) real (rad);
     delay_us: (n_ant, n_src, n_time, n_path); freq_mhz: (n_freq,).
     """
-    signal = (tables.indices, amp, phase, delay_us, *_grid(tables, freq_mhz))
+    signal = (tables.indices, amp, phase, delay_us, tables.tables, freq_mhz)
     if spec.operator == "quadrature":
         return ri_kernels.quadrature_eval_with_indices(
             *signal, memory_budget_bytes=config.memory_budget_bytes, amp_factor=amp_factor
@@ -701,7 +682,8 @@ def group_moments(spec: GroupSpec, tables: GroupTables, phase, delay_us, freq_mh
         tables.indices,
         phase,
         delay_us,
-        *_grid(tables, freq_mhz),
+        tables.tables,
+        freq_mhz,
         **options,
         view=tables.view,
     )

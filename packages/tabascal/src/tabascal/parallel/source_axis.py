@@ -22,6 +22,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+import ri_kernels
 from tabascal.model import gains, joint, rfi_signal, rfi_vis, sky
 from tabascal.parallel import row_placement
 
@@ -100,39 +101,38 @@ def shard_model(model: joint.Model, mesh: Mesh) -> SourceShardedModel:
     )
 
 
-def _per_source_fields(tables: rfi_vis.GroupTables) -> tuple[str, ...]:
-    """The group's tables with a leading source axis: a quadrature group's per-source weights
-    and fine times, an analytic group's view (sources in view for part of an integration)."""
-    fields = ("w_time", "dt") if tables.dt.ndim == 3 else ()
-    return fields + (("view",) if tables.view is not None else ())
+def _per_source(group: rfi_vis.GroupTables) -> rfi_vis.GroupTables:
+    """``group`` with True at each of its tables that has a leading source axis, False at the
+    rest: a quadrature group's per-source weights and fine times, an analytic group's view
+    (sources in view for part of an integration)."""
+    split = jax.tree.map(lambda _: False, group)
+    tables = group.tables
+    if isinstance(tables, ri_kernels.QuadratureTables) and tables.dt.ndim == 3:
+        split = split._replace(tables=split.tables._replace(w_time=True, dt=True))
+    return split if group.view is None else split._replace(view=True)
 
 
 def _place_group(tables: rfi_vis.GroupTables, n_src: int, mesh: Mesh) -> rfi_vis.GroupTables:
     """A group's tables replicated, but for its per-source ones, padded with zeros for the
     dark sources (no weight: nothing of them is averaged) and split like the sources."""
-    per_source = _per_source_fields(tables)
-    placed = jax.device_put(tables._replace(**dict.fromkeys(per_source)), NamedSharding(mesh, P()))
-    by_source = NamedSharding(mesh, P(AXIS))
+    replicated, by_source = NamedSharding(mesh, P()), NamedSharding(mesh, P(AXIS))
 
-    def padded(x):
+    def placed(x, per_source):
+        if not per_source:
+            return jax.device_put(x, replicated)
         x = np.asarray(x)
         tail = np.zeros((n_src - x.shape[0], *x.shape[1:]), x.dtype)
         return jax.device_put(np.concatenate([x, tail]), by_source)
 
-    return placed._replace(**{f: padded(getattr(tables, f)) for f in per_source})
+    return jax.tree.map(placed, tables, _per_source(tables))
 
 
 def _group_specs(groups) -> tuple:
     """in_specs of the groups on the map: per-source tables split, the rest replicated."""
-    specs = []
-    for tables in groups:
-        per_source = _per_source_fields(tables)
-        specs.append(
-            tables._replace(
-                **{f: None if getattr(tables, f) is None else P() for f in tables._fields},
-            )._replace(**dict.fromkeys(per_source, P(AXIS)))
-        )
-    return tuple(specs)
+    return tuple(
+        jax.tree.map(lambda per_source: P(AXIS) if per_source else P(), _per_source(tables))
+        for tables in groups
+    )
 
 
 def predict_rfi(rfi_params, constants: joint.ModelConstants, spec: SourceShardedSpec):
