@@ -11,7 +11,7 @@ runtime before jax does anything else, and the command line imports jax only onc
 the device count, so importing this package imports no jax.
 """
 
-import importlib
+from tabascal._lazy_face import lazy_face
 
 #: Each module of the face and the names it gives.
 _FACE = {
@@ -21,18 +21,5 @@ _FACE = {
     "processes": ("Launch", "LaunchError", "PeerFailure", "initialize", "is_writer", "launch_from"),
     "backends": ("float64_device",),
 }
-_HOME = {name: module for module, names in _FACE.items() for name in names}
 
-__all__ = sorted(_HOME)
-
-
-def __getattr__(name: str):
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__all__, __getattr__, __dir__ = lazy_face(__name__, _FACE)

@@ -5,7 +5,7 @@ The names below load their module on first use, as ``tabascal.parallel``'s do: t
 compile the routes' programs, and the routes read device memory from ``memory``.
 """
 
-import importlib
+from tabascal._lazy_face import lazy_face
 
 #: Each module of the face and the names it gives.
 _FACE = {
@@ -29,18 +29,5 @@ _FACE = {
         "stage_memory",
     ),
 }
-_HOME = {name: module for module, names in _FACE.items() for name in names}
 
-__all__ = sorted(_HOME)
-
-
-def __getattr__(name: str):
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__all__, __getattr__, __dir__ = lazy_face(__name__, _FACE)
