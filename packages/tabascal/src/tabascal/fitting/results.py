@@ -44,7 +44,7 @@ class Block(NamedTuple):
 
 
 def blocks(spec, j: int | None = None) -> list[Block]:
-    """The real rows of every device of a ``baseline_axis.ShardedSpec``, in mesh order; with
+    """The real rows of every device of a ``row_placement.ShardedSpec``, in mesh order; with
     ``j``, those of each device's block j of rows, in the arrays of n_dev B rows that
     ``baseline_axis.predict_block`` and ``rows_block`` return."""
     n_bl, B = spec.model.n_bl, spec.device_rows if j is None else spec.block_size

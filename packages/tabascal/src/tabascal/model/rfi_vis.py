@@ -75,7 +75,7 @@ class RfiVisConfig:
     max_groups: most groups (compiled operator calls); the smallest are merged upwards.
     memory_budget_mb: fine-grid working memory of each operator call (MiB), which sets how many
       cells (and baselines) the operators evaluate at once. On the baseline axis each device
-      takes its share, this divided by the number of devices (``baseline_axis.plan_rows``).
+      takes its share, this divided by the number of devices (``row_placement.plan_rows``).
     phase_cache: whether the analytic groups' phase moments, which fixed orbits make the same
       at every step, are formed once per fit and kept (``ri_kernels.
       analytic_moments_with_indices``): "auto" keeps the groups' moments in order while their
@@ -219,7 +219,7 @@ class GroupTables(NamedTuple):
     ``ri_kernels.AnalyticTables``, in the model's real dtype with int32 starts. moments: None,
     or for an analytic group the phase moments of its rows kept across steps
     (``with_phase_cache``). Where a satellite is in view for only part of some integrations
-    (``joint.satellite_view``), a quadrature group's tables are per source, its fine samples
+    (``satellites.satellite_view``), a quadrature group's tables are per source, its fine samples
     in the in-view part (``ri_kernels.in_view_stencils``), and an analytic group's view is
     that part, (n_src, n_time, 2) in x; otherwise view is None.
     """
@@ -335,7 +335,7 @@ def make_group_tables(
 ) -> GroupTables:
     """The tables and indices of one group (host side). rows: (n_rows,) output rows; view:
     None, or (n_src, n_time, 2) the part of each integration in which each source is in view,
-    in x = 2 tau / int_time (``joint.satellite_view``)."""
+    in x = 2 tau / int_time (``satellites.satellite_view``)."""
     chan_mhz = chan_width * 1e-6
     dnu_mhz, freq_scale = _fine_samples(chan_mhz, spec.n_freq_samples, config.sampling)
     w_freq, start_freq = ri_kernels.lagrange_stencils(
