@@ -45,10 +45,17 @@ COMPILATION_CACHE = {
 FOUR_CPU_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
 
 # Every pytest run lists its slowest tests, so that where the time goes stays visible in CI's
-# log, and spreads its test files over two worker processes (pytest-xdist, the machine's two
-# cores): XLA compiles each program on one thread, and these tests are mostly compilation.
-# A file stays on one worker, so its module fixtures are built once.
-PYTEST_OPTIONS = ["--durations=30", "-n", "2", "--dist", "loadfile"]
+# log.
+PYTEST_OPTIONS = ["--durations=30"]
+
+# Two pytest-xdist workers where they measurably help (docs/development.md): the tabascal and
+# cross-package tests, whose fits, command-line subprocesses and host work leave a core idle
+# (tabascal's tests: 1520 s in one process, 766 s over two). Not ri_kernels', whose large
+# programs XLA already compiles and runs on both cores (293 s in one process, 386 s over two).
+# ``--dist loadfile`` keeps a file on one worker, so its module fixtures are built once.
+TWO_WORKERS = ["-n", "2", "--dist", "loadfile"]
+ONE_WORKER = ["-n", "0"]
+WORKERS = {"ri_kernels": ONE_WORKER, "tabascal_partition": ONE_WORKER, "tabascal": TWO_WORKERS}
 XDIST = "pytest-xdist>=3.6"
 
 # What session lowest runs at the dependency floors, as pytest arguments from each package's
@@ -79,16 +86,17 @@ def _install_local(session: nox.Session, package: str, extras: str = "", *option
     session.install(XDIST)
 
 
-def _pytest(session: nox.Session, *args: str, env: dict | None = None) -> None:
-    """pytest with PYTEST_OPTIONS and the shared compilation cache; ``args`` and the command
-    line's own arguments (after ``--``) come after, so that they win."""
+def _pytest(session: nox.Session, workers: list[str], *args: str, env: dict | None = None) -> None:
+    """pytest with PYTEST_OPTIONS, ``workers`` and the shared compilation cache; ``args`` and
+    the command line's own arguments (after ``--``) come after, so that they win."""
     env = {**COMPILATION_CACHE, **(env or {})}
-    session.run("pytest", *PYTEST_OPTIONS, *args, *session.posargs, env=env)
+    session.run("pytest", *PYTEST_OPTIONS, *workers, *args, *session.posargs, env=env)
 
 
 def _package_tests(session: nox.Session, package: str, *args: str) -> None:
     _pytest(
         session,
+        WORKERS[package],
         str(ROOT / "packages" / package / "tests"),
         "--rootdir",
         str(ROOT / "packages" / package),
@@ -158,9 +166,9 @@ def lowest(session: nox.Session, package: str) -> None:
     versions."""
     _install_local(session, package, "[test]", "--resolution", "lowest-direct")
     with session.chdir(ROOT / "packages" / package):
-        _pytest(session, *LOWEST_TESTS[package], "-m", "not slow")
+        _pytest(session, WORKERS[package], *LOWEST_TESTS[package], "-m", "not slow")
     if package == "tabascal":
-        _pytest(session, str(ROOT / LOWEST_CROSS_PACKAGE_TEST), env=FOUR_CPU_DEVICES)
+        _pytest(session, ONE_WORKER, str(ROOT / LOWEST_CROSS_PACKAGE_TEST), env=FOUR_CPU_DEVICES)
 
 
 @nox.session
@@ -171,6 +179,7 @@ def ms(session: nox.Session) -> None:
     _install_local(session, "tabascal", "[ms,test]")
     _pytest(
         session,
+        TWO_WORKERS,
         str(ROOT / "packages" / "tabascal" / "tests" / "ms"),
         "--rootdir",
         str(ROOT / "packages" / "tabascal"),
@@ -183,7 +192,7 @@ def integration(session: nox.Session) -> None:
 
     Multi-device equivalence, memory, multi-process runs and the command line."""
     _install_local(session, "tabascal", "[test]")
-    _pytest(session, str(ROOT / "tests"), "-m", "not heavy", env=FOUR_CPU_DEVICES)
+    _pytest(session, TWO_WORKERS, str(ROOT / "tests"), "-m", "not heavy", env=FOUR_CPU_DEVICES)
 
 
 @nox.session
@@ -193,7 +202,7 @@ def integration_heavy(session: nox.Session) -> None:
     More device counts and RFI routes, 20-step fits and single precision, for every sharding
     route."""
     _install_local(session, "tabascal", "[test]")
-    _pytest(session, str(ROOT / "tests"), "-m", "heavy", env=FOUR_CPU_DEVICES)
+    _pytest(session, TWO_WORKERS, str(ROOT / "tests"), "-m", "heavy", env=FOUR_CPU_DEVICES)
 
 
 @nox.session
