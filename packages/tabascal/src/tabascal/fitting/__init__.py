@@ -16,46 +16,28 @@
 The names below are what callers outside ``fitting`` (the command, benchmarks) use.
 """
 
-from tabascal.fitting.checkpoint import FitHistory, load_checkpoint, save_checkpoint
-from tabascal.fitting.data_noise import noise_source
-from tabascal.fitting.job import RunSummary, placed_model, precision_scope, predict_outputs, run
-from tabascal.fitting.optimiser import (
-    FitConfig,
-    compile_step,
-    init_state,
-    make_optimizer,
-    make_step,
-    polish_settled,
-    settled,
-)
-from tabascal.fitting.phases import FitState, polish_form
-from tabascal.fitting.results import truth_metrics
-from tabascal.fitting.run_plan import RunPlan, Sharding, plan_run
-from tabascal.fitting.solvers import NewtonState, TrustRegionState
+from tabascal._lazy_face import lazy_face
 
-__all__ = [
-    "FitConfig",
-    "FitHistory",
-    "FitState",
-    "NewtonState",
-    "RunPlan",
-    "RunSummary",
-    "Sharding",
-    "TrustRegionState",
-    "compile_step",
-    "init_state",
-    "load_checkpoint",
-    "make_optimizer",
-    "make_step",
-    "noise_source",
-    "placed_model",
-    "plan_run",
-    "polish_form",
-    "polish_settled",
-    "precision_scope",
-    "predict_outputs",
-    "run",
-    "save_checkpoint",
-    "settled",
-    "truth_metrics",
-]
+#: Each module of the face and the names it gives; a name loads its module on first use, so
+#: that importing one module of ``fitting`` (``results``, say, from ``parallel.blockwise``)
+#: does not import the job, which imports ``parallel``.
+_FACE = {
+    "checkpoint": ("FitHistory", "load_checkpoint", "save_checkpoint"),
+    "data_noise": ("noise_source",),
+    "job": ("RunSummary", "placed_model", "precision_scope", "predict_outputs", "run"),
+    "optimiser": (
+        "FitConfig",
+        "compile_step",
+        "init_state",
+        "make_optimizer",
+        "make_step",
+        "polish_settled",
+        "settled",
+    ),
+    "phases": ("FitState", "polish_form"),
+    "results": ("truth_metrics",),
+    "run_plan": ("RunPlan", "Sharding", "plan_run"),
+    "solvers": ("NewtonState", "TrustRegionState"),
+}
+
+__all__, __getattr__, __dir__ = lazy_face(__name__, _FACE)
