@@ -23,7 +23,12 @@ BRIGHTEST_SHOWN = 3
 ORBITS_SHOWN = 8
 
 #: How the demo's banner names each ``fit.polish``.
-POLISH_NAMES = {"lbfgs": "L-BFGS", "newton": "Newton", "trust-region": "trust-region Newton"}
+POLISH_NAMES = {
+    "lbfgs": "L-BFGS",
+    "newton": "Newton",
+    "trust-region": "trust-region Newton",
+    "levenberg-marquardt": "Levenberg-Marquardt",
+}
 
 #: The demo's fit: the defaults' gradient phases at half their length (400 + 200 steps), then
 #: 10 Newton steps by line search (``fit.polish: newton``) in place of the default trust

@@ -4,7 +4,8 @@
   and the loop that takes the steps (``optimiser.run``).
 - ``phases``: the gradient phases and the polish as one transformation, the fit's state
   (``FitState``) and its polish's form.
-- ``solvers``: the Newton polishes (a line search, a trust region) and the state each keeps.
+- ``solvers``: the Newton polishes (a line search, a trust region) and the state each keeps;
+  ``levenberg_marquardt``: Levenberg-Marquardt steps by preconditioned conjugate gradients.
 - ``checkpoint``: the checkpoint written as the fit goes and read to resume it, with the
   fit's history (``FitHistory``).
 - ``run_config``: the run's configuration schema (defaults read from the components'
@@ -34,6 +35,7 @@ _FACE = {
         "polish_settled",
         "settled",
     ),
+    "levenberg_marquardt": ("LevenbergMarquardtState",),
     "phases": ("FitState", "polish_form"),
     "results": ("truth_metrics",),
     "run_plan": ("RunPlan", "Sharding", "plan_run"),

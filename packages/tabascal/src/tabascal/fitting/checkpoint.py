@@ -26,10 +26,21 @@ CHECKPOINT_NAME = "checkpoint.npz"
 
 
 class FitHistory(NamedTuple):
-    """Per-step loss and reduced chi-squared, shape (steps taken,), float64 on the host."""
+    """Per-step loss and reduced chi-squared, shape (steps taken,), float64 on the host, and
+    the passes taken by the end of each step (``optimiser.passes_taken``; None where not
+    counted); ``stopped``, why the fit ended (``optimiser.run``: "converged", "settled",
+    "polish settled", "steps"; "" for a history not yet ended)."""
 
     loss: np.ndarray
     chi2: np.ndarray
+    passes: np.ndarray | None = None
+    stopped: str = ""
+
+    def summary(self) -> dict:
+        """The figures summary.json's ``fit`` holds: steps, passes (None where not counted)
+        and why the fit stopped."""
+        passes = None if self.passes is None or not len(self.passes) else float(self.passes[-1])
+        return {"steps": len(self.loss), "passes": passes, "stopped": self.stopped}
 
 
 # The sky's modes as one array for every baseline, as checkpoints written before the sky's
@@ -68,6 +79,8 @@ def save_checkpoint(directory: Path, state: FitState, history: FitHistory) -> Pa
     arrays["leaf_names"] = np.array(_leaf_names(state))
     arrays["history_loss"] = history.loss
     arrays["history_chi2"] = history.chi2
+    if history.passes is not None:
+        arrays["history_passes"] = history.passes
     partial = directory / f".{CHECKPOINT_NAME}.partial"
     with open(partial, "wb") as f:
         np.savez(f, **arrays)
@@ -120,7 +133,8 @@ def load_checkpoint(
                     f"{jnp.result_type(like)}; it was written for different data or precision"
                 )
             leaves.append(value)
-        history = FitHistory(saved["history_loss"].copy(), saved["history_chi2"].copy())
+        passes = saved["history_passes"].copy() if "history_passes" in saved else None
+        history = FitHistory(saved["history_loss"].copy(), saved["history_chi2"].copy(), passes)
     return jax.tree_util.tree_unflatten(treedef, leaves), history
 
 

@@ -167,7 +167,9 @@ class RunSummary(Mapping):
     entry per satellite, ``satellites.satellite_table``); rfi_vis_by_satellite (whether
     results.zarr holds it, and why not: ``satellites.output_plan``); data (where the noise
     came from, ``data_noise.summary``); compile (the programs compiled and read back from the
-    persistent compilation cache during the run, ``compile_cache.compile_summary``).
+    persistent compilation cache during the run, ``compile_cache.compile_summary``); fit
+    (the optimisation's steps, passes, why it stopped and its seconds,
+    ``FitHistory.summary``).
     """
 
     chi2_init: float
@@ -190,6 +192,7 @@ class RunSummary(Mapping):
     rfi_vis_by_satellite: dict | None = None
     data: dict = dataclasses.field(default_factory=dict)
     compile: dict = dataclasses.field(default_factory=dict)
+    fit: dict = dataclasses.field(default_factory=dict)
 
     def _keys(self) -> list[str]:
         optional = ("truth", "orbits")
@@ -527,6 +530,7 @@ def _write_outputs(
         chi2_final=out.chi2_final,
         steps=int(fitted.state.step),
         seconds_fit=fitted.seconds,
+        fit={**fitted.history.summary(), "seconds": fitted.seconds},
         n_devices=len(devices),
         n_processes=processes.process_count(),
         shard_axis=route.shard_axis,

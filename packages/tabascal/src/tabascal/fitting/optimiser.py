@@ -15,7 +15,11 @@ it multiplies, say) that a first-order step crosses and recrosses. The default p
 Newton's method in a trust region (``fit.polish: trust-region``,
 ``solvers.newton_trust_region``): each step solves H d = -g by up to ``polish_cg_steps``
 conjugate-gradient iterations on Hessian-vector products of the loss within a trust radius,
-following a direction of negative curvature to the radius. ``fit.polish: newton``
+following a direction of negative curvature to the radius. ``fit.polish:
+levenberg-marquardt`` (``levenberg_marquardt``) takes Gauss-Newton steps, damped and
+solved by preconditioned conjugate gradients, and ends once it has converged
+(``converged``); with ``steps: 0`` and ``second_phase_steps: 0`` it is the whole fit.
+``fit.polish: newton``
 (``solvers.newton_cg``) takes the same solves without a radius, stopping at negative
 curvature, then backtracks along d. Neither holds histories; both end once their steps no
 longer lower the loss (``polish_tolerance``). The third is L-BFGS (``fit.polish: lbfgs``,
@@ -44,6 +48,7 @@ import optax
 
 from tabascal.config import option_field
 from tabascal.fitting.checkpoint import FitHistory, save_checkpoint
+from tabascal.fitting.levenberg_marquardt import LevenbergMarquardtState, levenberg_marquardt
 from tabascal.fitting.phases import (
     FitState,
     Phased,
@@ -60,7 +65,7 @@ from tabascal.parallel import processes
 logger = logging.getLogger(__name__)
 
 OPTIMIZERS = ("adabelief", "adam", "sgd")
-POLISHES = ("lbfgs", "newton", "trust-region")
+POLISHES = ("lbfgs", "newton", "trust-region", "levenberg-marquardt")
 #: What the Newton polishes' conjugate gradients multiply by (``FitConfig.polish_curvature``).
 CURVATURES = ("hessian", "gauss-newton")
 
@@ -77,6 +82,15 @@ NEWTON_STEPS_MAX = 10
 #: standard deviation and the RFI left in the cleaned data takes some tens of steps to fall
 #: below the goal (docs/science.md, the trust-region polish).
 TRUST_REGION_STEPS_MAX = 100
+
+
+#: The most Levenberg-Marquardt steps a fit takes when ``fit.polish_steps`` is not set: a
+#: ceiling, since the fit ends once it has converged (``tolerance``, ``gradient_tolerance``).
+LM_STEPS_MAX = 40
+
+#: The most conjugate-gradient products a Levenberg-Marquardt step takes when
+#: ``fit.polish_cg_steps`` is not set; most solves end sooner, at ``forcing``.
+LM_CG_STEPS = 50
 
 
 @dataclass(frozen=True)
@@ -98,7 +112,13 @@ class FitConfig:
       polish_memory: past steps the L-BFGS direction is built from; its state holds two
         copies of the parameters per step.
       polish_cg_steps: conjugate-gradient iterations (Hessian-vector products) per Newton
-        step.
+        or Levenberg-Marquardt step (None: 400, or ``LM_CG_STEPS`` with
+        levenberg-marquardt).
+      forcing: a Levenberg-Marquardt solve stops once an iteration lowers its quadratic
+        model by less than this fraction of its fall so far, over the iterations taken.
+      tolerance, gradient_tolerance: a Levenberg-Marquardt fit has converged (``converged``)
+        once a step lowers the negative log posterior by less than ``tolerance`` of itself
+        and the gradient's size, g' D^-1 g / 2 in nats, is below ``gradient_tolerance``.
       polish_curvature: one of ``CURVATURES``, the curvature a Newton polish's conjugate
         gradients take: the loss's Hessian (forward over reverse), or its Gauss-Newton part
         (``joint.gauss_newton``: the model's tangent, then its cotangent), which leaves out
@@ -169,8 +189,30 @@ class FitConfig:
     # need the longer solves. Fewer, longer solves settle the gains further in fewer products,
     # since a solve that meets negative curvature stops early, and leave the other scenarios'
     # fits as they were (docs/science.md, longer conjugate-gradient solves).
-    polish_cg_steps: int = option_field(
-        400, "conjugate-gradient iterations per Newton step (polish: newton or trust-region)", min=1
+    polish_cg_steps: int | None = option_field(
+        None,
+        "conjugate-gradient iterations per polish step (newton, trust-region, "
+        "levenberg-marquardt); null = 400, or 50 with levenberg-marquardt",
+        min=1,
+    )
+    forcing: float = option_field(
+        0.01,
+        "a levenberg-marquardt step's conjugate gradients stop once their preconditioned "
+        "residual falls to this fraction of where it began",
+        min=0.0,
+        max=1.0,
+    )
+    tolerance: float = option_field(
+        1e-6,
+        "a levenberg-marquardt fit has converged once a step lowers the negative log "
+        "posterior by less than this fraction of itself (and gradient_tolerance holds)",
+        min=0.0,
+    )
+    gradient_tolerance: float = option_field(
+        1.0,
+        "... and the gradient's size, g' D^-1 g / 2 in nats (D: the curvature's diagonal; "
+        "about the fall still to come), is below this",
+        min=0.0,
     )
 
     polish_curvature: str = option_field(
@@ -194,11 +236,16 @@ class FitConfig:
         # at NEWTON_STEPS_MAX: their number is set by the loss's shape near its optimum (the
         # first few steps meet negative curvature and backtrack), not by the gradient phases'
         # length.
+        if self.polish_cg_steps is None:
+            cg_steps = LM_CG_STEPS if self.polish == "levenberg-marquardt" else 400
+            object.__setattr__(self, "polish_cg_steps", cg_steps)
         if self.second_phase_steps is None:
             object.__setattr__(self, "second_phase_steps", self.steps // 2)
         if self.polish_steps is None:
             if self.polish == "lbfgs":
                 share = 5 * self.steps // 2
+            elif self.polish == "levenberg-marquardt":
+                share = LM_STEPS_MAX
             elif self.polish == "trust-region":
                 share = min(-(-self.steps // 4), TRUST_REGION_STEPS_MAX)
             else:
@@ -237,7 +284,17 @@ def make_optimizer(config: FitConfig) -> optax.GradientTransformation:
         return phased(first, switch, newton_cg(config.polish_cg_steps, gauss_newton))
     if config.polish == "trust-region":
         return phased(first, switch, newton_trust_region(config.polish_cg_steps, gauss_newton))
+    if config.polish == "levenberg-marquardt":
+        solver = levenberg_marquardt(config.polish_cg_steps, config.forcing, rows_alike=_sky_rows)
+        return phased(first, switch, solver)
     return then_lbfgs(first, switch, config.polish_memory)
+
+
+def _sky_rows(path: str) -> bool:
+    """Whether ``path`` names one of the model's sky leaves (``ModelParams.sky``): one row per
+    baseline, which no Gauss-Newton product couples to another row, and which the baseline
+    axis pads and the reuse plan permutes (``levenberg_marquardt.estimate_diagonal``)."""
+    return path.startswith(".sky")
 
 
 def init_state(params, optimizer: optax.GradientTransformation) -> FitState:
@@ -339,6 +396,9 @@ def run(
     done = int(state.step)
     losses = list(history.loss) if history is not None else []
     chi2s = list(history.chi2) if history is not None else []
+    passes = list(history.passes) if history is not None and history.passes is not None else []
+    if len(passes) != len(losses):  # a history written before passes were counted
+        passes = [float(k + 1) for k in range(len(losses))]
     if len(losses) != done:
         raise ValueError(f"history holds {len(losses)} steps but the state has taken {done}")
     bar = tqdm(
@@ -348,32 +408,95 @@ def run(
         leave=False,
         disable=not (progress and processes.is_writer()),
     )
+    stopped = "steps"
     try:
         for _ in range(done, config.total_steps):
             state, loss, aux = step_fn(state, inputs)
             losses.append(float(loss))
             chi2s.append(float(aux["chi2"]))
+            passes.append(passes_taken(state, passes, config))
+            if (lm := _lm_state(state)) is not None:
+                logger.debug(
+                    "step %d: loss %.9g, damping %.3g, %d products, %s, predicted fall %.3g",
+                    len(losses), losses[-1], float(lm.damping), int(lm.cg_iterations),
+                    "taken" if float(lm.step_size) else "refused", float(lm.decrease),
+                )  # fmt: skip
             n = len(losses)
             bar.update(1)
-            bar.set_postfix(loss=f"{losses[-1]:.4g}", chi2=f"{chi2s[-1]:#.4g}", refresh=False)
+            bar.set_postfix(
+                loss=f"{losses[-1]:.4g}", chi2=f"{chi2s[-1]:#.4g}", passes=f"{passes[-1]:.0f}",
+                refresh=False,
+            )  # fmt: skip
             due = config.checkpoint_every and n % config.checkpoint_every == 0
             if checkpoint_dir is not None and due and n < config.total_steps:
-                save_checkpoint(
-                    checkpoint_dir, state, FitHistory(np.array(losses), np.array(chi2s))
-                )
+                save_checkpoint(checkpoint_dir, state, _history(losses, chi2s, passes))
             if settled(losses, config):
                 logger.info("the loss has settled after %d steps; stopping", n)
+                stopped = "settled"
                 break
             if polish_settled(losses, config, n_points):
                 done = n - config.polish_start
                 logger.info("the polish has settled after %d of its steps; stopping", done)
+                stopped = "polish settled"
+                break
+            if converged(state, losses, config, n_points):
+                logger.info("converged after %d steps (%.0f passes)", n, passes[-1])
+                stopped = "converged"
                 break
     finally:
         bar.close()
-    history = FitHistory(np.asarray(losses, np.float64), np.asarray(chi2s, np.float64))
+    history = _history(losses, chi2s, passes)._replace(stopped=stopped)
     if checkpoint_dir is not None and config.checkpoint_every:
         save_checkpoint(checkpoint_dir, state, history)
     return state, history
+
+
+def _history(losses, chi2s, passes) -> FitHistory:
+    as64 = lambda v: np.asarray(v, np.float64)  # noqa: E731
+    return FitHistory(as64(losses), as64(chi2s), as64(passes))
+
+
+def _lm_state(state: FitState) -> LevenbergMarquardtState | None:
+    polish = getattr(state.opt_state, "polish", None)
+    return polish if isinstance(polish, LevenbergMarquardtState) else None
+
+
+def passes_taken(state: FitState, passes: list[float], config: FitConfig) -> float:
+    """The passes (one forward and one backward evaluation of the model) the fit has taken
+    after the step that made ``state``, ``passes`` those before it: one for a gradient step;
+    a Levenberg-Marquardt step's from its state (``levenberg_marquardt``); a Newton or
+    trust-region step's one, its conjugate-gradient products (each counted as one) and half
+    of one for the loss at its step; an L-BFGS step's one."""
+    lm = _lm_state(state)
+    if lm is not None:
+        gradient_steps = min(config.polish_start, len(passes))
+        before = passes[gradient_steps - 1] if gradient_steps else 0.0
+        return before + float(lm.passes)
+    polish = getattr(state.opt_state, "polish", None)
+    spent = 1.0
+    if polish is not None and hasattr(polish, "cg_iterations"):
+        spent += float(polish.cg_iterations) + 0.5
+    return (passes[-1] if passes else 0.0) + spent
+
+
+def converged(state: FitState, losses, config: FitConfig, n_points: float = 1.0) -> bool:
+    """Whether a Levenberg-Marquardt fit has converged: its last step was taken, lowered the
+    negative log posterior (the loss times ``n_points``) by less than ``tolerance`` of
+    itself, and began where the gradient's size (``gradient_norm2`` / 2, in nats) was below
+    ``gradient_tolerance``. Never for other solvers, or with tolerance 0.
+
+    ``losses[n]`` is the loss at the parameters step n starts from, so the fall of the step
+    that made ``state`` is known only from the next step's loss; the test reads the step
+    before it, and the state's figures of that step's start are the step's own.
+    """
+    lm = _lm_state(state)
+    if lm is None or config.tolerance <= 0 or int(lm.count) < 2 or len(losses) < 2:
+        return False
+    fall = (losses[-2] - losses[-1]) * n_points
+    nlp = abs(losses[-1]) * n_points
+    small_fall = 0 <= fall < config.tolerance * nlp
+    flat = 0.5 * float(lm.gradient_norm2) * n_points < config.gradient_tolerance
+    return small_fall and flat
 
 
 def settled(losses, config: FitConfig) -> bool:
@@ -395,7 +518,7 @@ def polish_settled(losses, config: FitConfig, n_points: float = 1.0) -> bool:
     ``losses[n]`` is the loss at the parameters step n starts from, so polish step k's outcome
     is known once step k + 1 has been taken.
     """
-    if config.polish == "lbfgs" or config.polish_tolerance <= 0:
+    if config.polish not in ("newton", "trust-region") or config.polish_tolerance <= 0:
         return False
     switch = config.polish_start
     if len(losses) < switch + 3:

@@ -79,8 +79,10 @@ class Route:
 
     def curvature_fn(self, fit_config, spec) -> Callable[..., Any] | None:
         """The Gauss-Newton product for ``optimiser.make_step`` where ``fit_config``'s polish
-        takes it (``polish_curvature: gauss-newton``), else None."""
-        if fit_config.polish_curvature != "gauss-newton":
+        takes it (``polish: levenberg-marquardt``, or ``polish_curvature: gauss-newton``),
+        else None."""
+        takes = fit_config.polish == "levenberg-marquardt"
+        if fit_config.polish_curvature != "gauss-newton" and not takes:
             return None
         if getattr(spec, "row_blocks", 1) > 1:  # the likelihood's part block by block
             return partial(baseline_axis.blocked_gauss_newton, spec=spec)
