@@ -150,15 +150,17 @@ class FitConfig:
     polish: str = option_field(
         "trust-region",
         "optimiser after the gradient phases: lbfgs; newton (Newton steps by conjugate "
-        "gradients on the loss's Hessian, then a line search); or trust-region (the same "
-        "steps within a trust radius, following negative curvature to it)",
+        "gradients on the loss's Hessian, then a line search); trust-region (the same "
+        "steps within a trust radius, following negative curvature to it); or "
+        "levenberg-marquardt (damped Gauss-Newton steps by preconditioned conjugate "
+        "gradients, until converged)",
         choices=POLISHES,
     )
     polish_steps: int | None = option_field(
         None,
         "polish steps after the gradient phases (0 = none); null = 2.5 x steps with lbfgs, "
         "steps / 40 (rounded up, at most 10) with newton, steps / 4 (rounded up, at most 100) "
-        "with trust-region",
+        "with trust-region, 40 with levenberg-marquardt",
         min=0,
     )
     polish_memory: int = option_field(
@@ -197,8 +199,9 @@ class FitConfig:
     )
     forcing: float = option_field(
         0.01,
-        "a levenberg-marquardt step's conjugate gradients stop once their preconditioned "
-        "residual falls to this fraction of where it began",
+        "a levenberg-marquardt step's conjugate gradients stop once one of them lowers the "
+        "quadratic model by less than this fraction of its fall so far, over the "
+        "iterations taken",
         min=0.0,
         max=1.0,
     )
@@ -210,8 +213,8 @@ class FitConfig:
     )
     gradient_tolerance: float = option_field(
         1.0,
-        "... and the gradient's size, g' D^-1 g / 2 in nats (D: the curvature's diagonal; "
-        "about the fall still to come), is below this",
+        "and once the gradient's size, g' D^-1 g / 2 in nats (D: the curvature's "
+        "diagonal; about the fall still to come), is below this",
         min=0.0,
     )
 

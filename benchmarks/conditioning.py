@@ -1,0 +1,144 @@
+"""How well each preconditioner conditions the Gauss-Newton matrix that the
+Levenberg-Marquardt solves (``fit.polish: levenberg-marquardt``) face.
+
+    python benchmarks/conditioning.py --scenarios demo
+
+For each scenario's model as ``tabascal run`` builds it from its data-based start, in
+float64 on one device, this forms the Gauss-Newton matrix H = J' W J + I (in nats per
+whitened unit squared) densely, one product per parameter, so it is for small models only,
+and gives the spectrum of M^-1/2 H M^-1/2 for block-diagonal preconditioners M made from
+H's own blocks: its diagonal (Jacobi, what the solver uses); the whole of each parameter
+leaf; and, by the parameters' trailing (mode) axes, blocks of the last one, two and three
+axes. Conjugate gradients need about sqrt(condition) iterations where the spectrum is
+spread, and one more per isolated small eigenvalue: the counts below 0.1 and 0.01 say how
+many there are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import tempfile
+from pathlib import Path
+
+import _common
+
+SCENARIOS = Path(__file__).resolve().parent / "scenarios"
+
+
+def _arguments(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenarios", nargs="+", default=["demo"])
+    parser.add_argument("--json", type=Path)
+    return parser.parse_args(argv)
+
+
+def dense_gauss_newton(store: Path):
+    """H (float64, nats per whitened unit squared) at the data-based start of the store's
+    model, and the parameters' leaves as (name, shape)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.flatten_util import ravel_pytree
+
+    from tabascal import fitting
+    from tabascal.fitting import run_config
+    from tabascal.parallel import blockwise, routes
+    from tabascal.store import read_observation
+
+    obs = read_observation(store)
+    config = run_config.load(
+        {"precision": "double", "fit": {"init": "data", "polish": "levenberg-marquardt"}}
+    )
+    plan = fitting.plan_run(config, shard_axis="none", reuse_plan=False)
+    plan = dataclasses.replace(plan, init="data")
+    route = routes.route("none", False)
+    with fitting.precision_scope("double"):
+        placed = fitting.placed_model(route, blockwise.MemoryRows(obs), plan, False)
+        inputs = (placed.constants, placed.data)
+        product = route.curvature_fn(plan.fit, placed.spec)
+        flat, unravel = ravel_pytree(placed.params)
+        columns = jax.jit(
+            jax.vmap(lambda v: ravel_pytree(product(placed.params, unravel(v), inputs))[0])
+        )
+        eye = np.eye(flat.size)
+        h = np.concatenate([np.asarray(columns(jnp.asarray(eye[i : i + 128]))) for i in
+                            range(0, flat.size, 128)])  # fmt: skip
+        h = 0.5 * (h + h.T) * float(placed.data.n_points)
+        leaves = [
+            (jax.tree_util.keystr(path), np.shape(x))
+            for path, x in jax.tree_util.tree_leaves_with_path(placed.params)
+        ]
+    return h, leaves
+
+
+def block_groups(leaves, trailing: int | None):
+    """Index groups of the flattened parameters: each leaf's blocks over its last
+    ``trailing`` axes (None: the whole leaf)."""
+    import numpy as np
+
+    groups, start = [], 0
+    for _, shape in leaves:
+        size = int(np.prod(shape))
+        index = np.arange(start, start + size).reshape(shape)
+        start += size
+        if trailing is None or index.ndim == 0:
+            groups.append(index.ravel())
+            continue
+        k = min(trailing, index.ndim)
+        groups += list(index.reshape(-1, int(np.prod(shape[index.ndim - k :]))))
+    return groups
+
+
+def spectrum(h, groups):
+    """Eigenvalues of L^-1 H L^-T, L the Cholesky factor of H's blocks over ``groups``."""
+    import numpy as np
+
+    inverse = np.zeros_like(h)
+    for g in groups:
+        inverse[np.ix_(g, g)] = np.linalg.inv(np.linalg.cholesky(h[np.ix_(g, g)]))
+    return np.linalg.eigvalsh(inverse @ h @ inverse.T)
+
+
+def main(argv=None) -> list[dict]:
+    options = _arguments(argv)
+    import numpy as np
+
+    from tabascal.config import load_yaml
+    from tabascal.simulate import simulate, simulation_config
+
+    base = _common.provenance(["benchmarks/conditioning.py", *(argv or sys.argv[1:])])
+    records = []
+    preconditioners = {"jacobi": 0, "leaf": None, "last axis": 1, "last 2 axes": 2,
+                       "last 3 axes": 3}  # fmt: skip
+    print(f"{'scenario':>10} {'params':>6} {'preconditioner':>14} {'condition':>10} "
+          f"{'< 0.01':>6} {'< 0.1':>6} {'largest':>8} {'largest block':>13}")  # fmt: skip
+    with tempfile.TemporaryDirectory() as where:
+        for name in options.scenarios:
+            store = Path(where) / f"{name}.zarr"
+            simulate(simulation_config("demo", load_yaml(SCENARIOS / f"{name}.yaml")), store)
+            h, leaves = dense_gauss_newton(store)
+            for label, trailing in preconditioners.items():
+                if trailing == 0:
+                    groups = [np.array([i]) for i in range(len(h))]
+                else:
+                    groups = block_groups(leaves, trailing)
+                ev = spectrum(h, groups)
+                record = {
+                    **base, "scenario": name, "params": len(h), "preconditioner": label,
+                    "condition": float(ev[-1] / ev[0]), "below_0.01": int(np.sum(ev < 0.01)),
+                    "below_0.1": int(np.sum(ev < 0.1)), "largest": float(ev[-1]),
+                    "largest_block": max(len(g) for g in groups),
+                }  # fmt: skip
+                records.append(record)
+                print(f"{name:>10} {len(h):>6} {label:>14} {record['condition']:10.3g} "
+                      f"{record['below_0.01']:>6} {record['below_0.1']:>6} "
+                      f"{record['largest']:8.3g} {record['largest_block']:>13}")  # fmt: skip
+    path = _common.write_json(records, options.json, "conditioning")
+    print(f"wrote {path}")
+    return records
+
+
+if __name__ == "__main__":
+    main()
