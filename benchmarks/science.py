@@ -77,9 +77,6 @@ def fit_scenario(store: Path, out: Path, steps: int, run_overrides: dict) -> dic
     ``steps`` first-phase steps and ``run_overrides`` over the run configuration's defaults;
     the fit's scores against the store's truth (its RFI and apparent sky over the noise, its
     gains over their spread) and its figures."""
-    import numpy as np
-    import zarr
-
     from tabascal import fitting
     from tabascal.config import merge
     from tabascal.fitting import run_config
@@ -95,7 +92,24 @@ def fit_scenario(store: Path, out: Path, steps: int, run_overrides: dict) -> dic
         config["sharding"] = {**config["sharding"], "reuse_plan": False, "row_blocks": 1}
     summary = fitting.run(obs, out, config, progress=False, shard_axis=axis)
     seconds = time.perf_counter() - start
-    results = zarr.open_group(str(out / "results.zarr"), mode="r")
+    return {
+        **score_results(obs, out / "results.zarr"),
+        "chi2": summary["chi2_final"],
+        "chi2_init": summary["chi2_init"],
+        "fit_seconds": seconds,
+        "steps": summary["steps"],
+        "rfi_groups": summary["model"]["rfi_groups"],
+    }
+
+
+def score_results(obs, results_path: Path) -> dict:
+    """A fit's results (``results_path``, a results.zarr) scored against ``obs``'s truth: the
+    RFI and apparent sky it leaves over the noise, its gains over their spread, and the
+    cells a 3-sigma flagger would discard."""
+    import numpy as np
+    import zarr
+
+    results = zarr.open_group(str(results_path), mode="r")
     t, a1, a2 = obs.truth, np.asarray(obs.a1), np.asarray(obs.a2)
     g_fit, g_true = np.asarray(results["gains"]), np.asarray(t.gains)
     noise = float(np.mean(obs.noise))
@@ -105,27 +119,43 @@ def fit_scenario(store: Path, out: Path, steps: int, run_overrides: dict) -> dic
     sky_fit = _apparent(np.asarray(results["sky_vis"]), g_fit, a1, a2)
     spread = _rms(g_true - 1)
     return {
-        "chi2": summary["chi2_final"],
-        "chi2_init": summary["chi2_init"],
         "rfi_over_noise": _rms(rfi_fit - rfi_true) / noise,
         "sky_over_noise": _rms(sky_fit - sky_true) / noise,
         "gains_over_spread": _rms(g_fit - g_true) / spread if spread > 0 else None,
         "flagged_by_3_sigma": float(np.mean(np.abs(rfi_true) > 3 * noise)),
         "rfi_rms_over_noise": _rms(rfi_true) / noise,
-        "fit_seconds": seconds,
-        "steps": summary["steps"],
-        "rfi_groups": summary["model"]["rfi_groups"],
     }
+
+
+def simulate_scenario(case: tuple[str, dict], store: Path) -> None:
+    """Simulate ``case``, a preset and the keys a scenario overrides in it, into ``store``."""
+    from tabascal.simulate import simulate, simulation_config
+
+    preset, overrides = case
+    simulate(simulation_config(preset, overrides), store)
+
+
+def twin_of(case: tuple[str, dict]) -> tuple[str, dict]:
+    """The RFI-free twin of ``case``: the same seed with no satellites, so the same noise,
+    flags, sky and gains (each from its own random stream)."""
+    from tabascal.config import merge
+
+    preset, overrides = case
+    return preset, merge(overrides, {"satellites": {"count": 0, "orbits": []}})
+
+
+def visibilities(store: Path) -> int:
+    """The store's visibilities: baselines x channels x integrations."""
+    import numpy as np
+    import zarr
+
+    return int(np.prod(zarr.open_group(str(store), mode="r")["vis"].shape))
 
 
 def _twin(name: str, simulation: dict, steps: int, where: Path, run_overrides: dict) -> dict:
     """The RFI-free twin of scenario ``name``, simulated under ``where`` and fitted: its
     scores as ``twin_*``."""
-    from tabascal.config import merge
-    from tabascal.simulate import simulate, simulation_config
-
-    twin = simulation_config("demo", merge(simulation, {"satellites": {"count": 0, "orbits": []}}))
-    simulate(twin, where / f"{name}-twin.zarr")
+    simulate_scenario(twin_of(("demo", simulation)), where / f"{name}-twin.zarr")
     floor = fit_scenario(
         where / f"{name}-twin.zarr", where / f"{name}-twin-fit", steps, run_overrides
     )
@@ -135,10 +165,10 @@ def _twin(name: str, simulation: dict, steps: int, where: Path, run_overrides: d
 
 def score(name: str, simulation: dict, steps: int, where: Path, run_overrides: dict) -> dict:
     """Simulate scenario ``name`` and its RFI-free twin under ``where``, fit both, score."""
-    from tabascal.simulate import simulate, simulation_config
+    from tabascal.simulate import simulation_config
 
     config = simulation_config("demo", simulation)
-    simulate(config, where / f"{name}-obs.zarr")
+    simulate_scenario(("demo", simulation), where / f"{name}-obs.zarr")
     fitted = fit_scenario(where / f"{name}-obs.zarr", where / f"{name}-fit", steps, run_overrides)
     fitted.update(_twin(name, simulation, steps, where, run_overrides))
     fitted["sky_over_twin"] = fitted["sky_over_noise"] / fitted["twin_sky_over_noise"]

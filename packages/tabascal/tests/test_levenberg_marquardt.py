@@ -202,7 +202,7 @@ def test_cg_steps_default_to_fifty_with_levenberg_marquardt():
     assert optimiser.FitConfig(polish="trust-region").polish_cg_steps == 400
 
 
-def test_summary_reports_the_passes_and_why_the_fit_stopped(small_store, tmp_path):
+def test_summary_reports_the_passes_the_stop_and_where_the_time_went(small_store, tmp_path):
     """summary.json's ``fit``: two gradient steps (a pass each), then two Levenberg-Marquardt
     steps on the 8-station store, each its value and gradient (one pass), one to three
     products, its loss at the step and at most six halvings of it (half a pass each), and the
@@ -221,3 +221,9 @@ def test_summary_reports_the_passes_and_why_the_fit_stopped(small_store, tmp_pat
     assert on_disk["steps"] == 4 and on_disk["stopped"] == "steps"
     assert 2 + 4 + 2 * (1 + 1 + 0.5) <= on_disk["passes"] <= 2 + 4 + 2 * (1 + 3 + 0.5 * 7)
     assert on_disk["seconds"] > 0
+    timings = json.loads((out / "summary.json").read_text())["timings"]
+    parts = ("setup_s", "compile_s", "iterations_s", "writing_s")
+    assert all(timings[part] > 0 for part in parts)
+    assert timings["iterations_s"] == on_disk["seconds"]
+    # The parts are consecutive spans of the run, so they fill no more than its whole.
+    assert sum(timings[part] for part in parts) <= timings["total_s"]

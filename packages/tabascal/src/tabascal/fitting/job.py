@@ -169,7 +169,8 @@ class RunSummary(Mapping):
     came from, ``data_noise.summary``); compile (the programs compiled and read back from the
     persistent compilation cache during the run, ``compile_cache.compile_summary``); fit
     (the optimisation's steps, passes, why it stopped and its seconds,
-    ``FitHistory.summary``).
+    ``FitHistory.summary``); timings (where the run's wall time went: setup, compile,
+    iterations, writing, ``_timings``).
     """
 
     chi2_init: float
@@ -193,6 +194,7 @@ class RunSummary(Mapping):
     data: dict = dataclasses.field(default_factory=dict)
     compile: dict = dataclasses.field(default_factory=dict)
     fit: dict = dataclasses.field(default_factory=dict)
+    timings: dict = dataclasses.field(default_factory=dict)
 
     def _keys(self) -> list[str]:
         optional = ("truth", "orbits")
@@ -224,6 +226,9 @@ class _Fitted(NamedTuple):
     per_device_peak_bytes: list[int]
     seconds: float
     chi2_init: float
+    compile_began: float = 0.0  # time.perf_counter() as the step's programs began to compile
+    compile_seconds: float = 0.0
+    ended: float = 0.0  # time.perf_counter() as the optimisation ended
 
 
 def precision_scope(precision: str):
@@ -259,6 +264,7 @@ def run(
     ``tabascal run`` takes it without its flag: from ``config``'s ``sharding`` (and
     $TABASCAL_SHARD_AXIS); a plan has settled both already, and takes neither.
     """
+    began = time.perf_counter()
     compiles_from = compile_counts()
     plan = _plan_of(config, shard_axis, reuse_plan)
     route = routes.route(plan.sharding.axis, plan.sharding.reuse_plan)
@@ -284,8 +290,9 @@ def run(
                 write_atomically(out_dir / "config.yaml", dump_yaml(plan.as_config()))
             fitted = _optimise(route, placed, plan.fit, out_dir, resume, progress)
             return _write_outputs(
-                route, placed, fitted, source, plan.output, out_dir, by_block, compiles_from
-            )
+                route, placed, fitted, source, plan.output, out_dir, by_block, compiles_from,
+                began,
+            )  # fmt: skip
         except OSError as err:
             if err.errno not in NO_SPACE:
                 raise
@@ -376,6 +383,7 @@ def _optimise(
     # The gradient phases and the polish are two programs, each holding its own optimiser
     # state; both compile now, so that the memory reported is the larger one's.
     curvature_fn = route.curvature_fn(fit_cfg, placed.spec)
+    compile_began = time.perf_counter()
     step, programs = optimiser.compile_step(
         optimiser.make_step(loss_fn, optimizer, curvature_fn), state, inputs
     )
@@ -385,6 +393,7 @@ def _optimise(
         phase_memory, routes.agreed_device_memory(routes.devices(placed.spec))
     )
     start = time.perf_counter()
+    compile_seconds = start - compile_began
     state, history = optimiser.run(
         step,
         state,
@@ -408,7 +417,10 @@ def _optimise(
     collectives = {name: memory.count_collectives(program) for name, program in programs.items()}
     # The step reported is the one that needs the most.
     limiting = max(phase_memory, key=lambda name: phase_memory[name].need)
-    return _Fitted(state, history, phase_memory, collectives, limiting, peak, seconds, chi2_init)
+    return _Fitted(
+        state, history, phase_memory, collectives, limiting, peak, seconds, chi2_init,
+        compile_began, compile_seconds, time.perf_counter(),
+    )  # fmt: skip
 
 
 class Outputs(NamedTuple):
@@ -506,6 +518,21 @@ def _predicted_by_row_block(placed, params, noise_mean: float) -> Outputs:
     return Outputs(cubes(), first, fitted_blocks(), chi2_final, noise_mean)
 
 
+def _timings(fitted: _Fitted, began: float) -> dict:
+    """Where the run's wall time went, in seconds, from ``began`` (its start) to now (its
+    summary about to be written): setup (reading, the noise, the model's build and start, its
+    placement), compile (the step's programs), iterations, and writing (the outputs and
+    plots)."""
+    now = time.perf_counter()
+    return {
+        "setup_s": fitted.compile_began - began,
+        "compile_s": fitted.compile_seconds,
+        "iterations_s": fitted.seconds,
+        "writing_s": now - fitted.ended,
+        "total_s": now - began,
+    }
+
+
 def _write_outputs(
     route,
     placed,
@@ -515,6 +542,7 @@ def _write_outputs(
     out_dir,
     by_block,
     compiles_from: CompileCounts,
+    began: float,
 ):
     """Write results.zarr, the plots and summary.json (process 0); return the summary."""
     meta = source.meta
@@ -592,5 +620,7 @@ def _write_outputs(
             _plot(out_dir, fitted.history, plot_rows, model_rows, data_rows, meta)
         if signal_rms is not None:
             _plot_satellites(out_dir, signal_rms, meta)
+    summary = dataclasses.replace(summary, timings=_timings(fitted, began))
+    if processes.is_writer():
         write_atomically(out_dir / SUMMARY, json.dumps(dict(summary), indent=2) + "\n")
     return summary
