@@ -4,6 +4,11 @@ These tests run on virtual CPU devices (nox sets XLA_FLAGS before jax is importe
 cannot get its devices fails; it never skips.
 """
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import jax
 import pytest
 
@@ -26,6 +31,27 @@ HYBRID_DOUBLE = {
         "sampling": "midpoint",
     },
 }
+
+
+ROOT = Path(__file__).resolve().parent.parent
+#: LLVM's optimisation level 0 for the XLA CPU programs of a benchmark that only compiles
+#: (benchmarks/memory.py, step_time.py --cost-only): it changes the machine code alone, not
+#: the HLO passes, the buffer assignment or the cost analysis whose figures they report
+#: (benchmarks/memory.py's records for tests/test_benchmarks.py measured equal, key for key,
+#: at levels 0 and 2), and compiles in about two thirds of the time.
+COMPILE_ONLY_XLA_FLAG = "--xla_backend_optimization_level=0"
+
+
+def run_benchmark(script: str, *arguments: str, compile_only: bool = False) -> None:
+    """benchmarks/``script`` with ``arguments``, in its own process; it must succeed. With
+    ``compile_only`` (a benchmark that runs no program) XLA's CPU backend skips LLVM's
+    optimisations (``COMPILE_ONLY_XLA_FLAG``)."""
+    env = dict(os.environ)
+    if compile_only:
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {COMPILE_ONLY_XLA_FLAG}".strip()
+    command = [sys.executable, str(ROOT / "benchmarks" / script), *arguments]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def host_memory_bytes() -> int:
