@@ -9,7 +9,8 @@ whitened unit squared) densely, one product per parameter, so it is for small mo
 and gives the spectrum of M^-1/2 H M^-1/2 for block-diagonal preconditioners M made from
 H's own blocks: its diagonal (Jacobi, what the solver uses); the whole of each parameter
 leaf; and, by the parameters' trailing (mode) axes, blocks of the last one, two and three
-axes. Conjugate gradients need about sqrt(condition) iterations where the spectrum is
+axes, and the mode blocks (``MODE_BLOCKS``) exact and as products would estimate them
+(``probed_blocks``). Conjugate gradients need about sqrt(condition) iterations where the spectrum is
 spread, and one more per isolated small eigenvalue: the counts below 0.1 and 0.01 say how
 many there are.
 """
@@ -91,6 +92,70 @@ def block_groups(leaves, trailing: int | None):
     return groups
 
 
+#: Blocks over each leaf's last axes, by leaf: a gain's time modes per antenna and channel,
+#: a satellite's signal modes (real and imaginary, frequency, time), a baseline's sky modes.
+MODE_BLOCKS = {".gains": 1, ".rfi": 3, ".sky": 3, ".orbits": 1}
+
+
+def mode_groups(leaves, axes: dict):
+    """Index groups: each leaf's blocks over its last ``axes[prefix]`` axes, the prefix
+    the leaf's path begins with."""
+    import numpy as np
+
+    groups, start = [], 0
+    for name, shape in leaves:
+        size = int(np.prod(shape))
+        index = np.arange(start, start + size).reshape(shape)
+        start += size
+        k = min(next(v for key, v in axes.items() if name.startswith(key)), index.ndim)
+        groups += list(index.reshape(-1, int(np.prod(shape[index.ndim - k :]))))
+    return groups
+
+
+def probed_blocks(h, leaves, axes: dict, draws: int, seed: int = 0):
+    """H's blocks over ``mode_groups`` as products would estimate them: for each leaf and
+    each place j in its blocks, the product with e_j in every row of the leaf at once, each
+    row's sign random (the sky's rows, which no product couples, all +1), the row's part of
+    the product times its sign, averaged over ``draws`` such products: H's groups and their
+    estimated blocks."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    estimated, start = [], 0
+    for name, shape in leaves:
+        size = int(np.prod(shape))
+        index = np.arange(start, start + size).reshape(shape)
+        start += size
+        k = min(next(v for key, v in axes.items() if name.startswith(key)), index.ndim)
+        rows = index.reshape(-1, int(np.prod(shape[index.ndim - k :])))
+        blocks = np.zeros((len(rows), rows.shape[1], rows.shape[1]))
+        for _ in range(draws):
+            signs = (
+                np.ones(len(rows))
+                if name.startswith(".sky")
+                else rng.choice([-1.0, 1.0], len(rows))
+            )
+            for j in range(rows.shape[1]):
+                z = np.zeros(len(h))
+                z[rows[:, j]] = signs
+                blocks[:, :, j] += signs[:, None] * (h @ z)[rows] / draws
+        estimated += [(row, 0.5 * (b + b.T)) for row, b in zip(rows, blocks, strict=True)]
+    return estimated
+
+
+def spectrum_of_blocks(h, blocks):
+    """Eigenvalues of B^-1/2 H B^-1/2 for the block-diagonal B of (group, block) pairs, each
+    block's eigenvalues floored at a millionth of its largest."""
+    import numpy as np
+
+    inverse = np.zeros_like(h)
+    for g, b in blocks:
+        lam, vec = np.linalg.eigh(b)
+        lam = np.maximum(lam, 1e-6 * lam.max())
+        inverse[np.ix_(g, g)] = vec @ np.diag(lam**-0.5) @ vec.T
+    return np.linalg.eigvalsh(inverse @ h @ inverse.T)
+
+
 def spectrum(h, groups):
     """Eigenvalues of L^-1 H L^-T, L the Cholesky factor of H's blocks over ``groups``."""
     import numpy as np
@@ -112,19 +177,29 @@ def main(argv=None) -> list[dict]:
     records = []
     preconditioners = {"jacobi": 0, "leaf": None, "last axis": 1, "last 2 axes": 2,
                        "last 3 axes": 3}  # fmt: skip
-    print(f"{'scenario':>10} {'params':>6} {'preconditioner':>14} {'condition':>10} "
+    print(f"{'scenario':>10} {'params':>6} {'preconditioner':>20} {'condition':>10} "
           f"{'< 0.01':>6} {'< 0.1':>6} {'largest':>8} {'largest block':>13}")  # fmt: skip
     with tempfile.TemporaryDirectory() as where:
         for name in options.scenarios:
             store = Path(where) / f"{name}.zarr"
             simulate(simulation_config("demo", load_yaml(SCENARIOS / f"{name}.yaml")), store)
             h, leaves = dense_gauss_newton(store)
-            for label, trailing in preconditioners.items():
-                if trailing == 0:
-                    groups = [np.array([i]) for i in range(len(h))]
+            modes = mode_groups(leaves, MODE_BLOCKS)
+            cases = {label: trailing for label, trailing in preconditioners.items()}
+            cases["mode blocks"] = "modes"
+            cases["... probed, 1 draw"] = 1
+            cases["... probed, 16 draws"] = 16
+            for label, trailing in cases.items():
+                if label.startswith("... probed"):
+                    groups = modes
+                    ev = spectrum_of_blocks(h, probed_blocks(h, leaves, MODE_BLOCKS, trailing))
+                elif trailing == "modes":
+                    groups = modes
+                    ev = spectrum(h, groups)
                 else:
-                    groups = block_groups(leaves, trailing)
-                ev = spectrum(h, groups)
+                    groups = ([np.array([i]) for i in range(len(h))] if trailing == 0
+                              else block_groups(leaves, trailing))  # fmt: skip
+                    ev = spectrum(h, groups)
                 record = {
                     **base, "scenario": name, "params": len(h), "preconditioner": label,
                     "condition": float(ev[-1] / ev[0]), "below_0.01": int(np.sum(ev < 0.01)),
@@ -132,7 +207,7 @@ def main(argv=None) -> list[dict]:
                     "largest_block": max(len(g) for g in groups),
                 }  # fmt: skip
                 records.append(record)
-                print(f"{name:>10} {len(h):>6} {label:>14} {record['condition']:10.3g} "
+                print(f"{name:>10} {len(h):>6} {label:>20} {record['condition']:10.3g} "
                       f"{record['below_0.01']:>6} {record['below_0.1']:>6} "
                       f"{record['largest']:8.3g} {record['largest_block']:>13}")  # fmt: skip
     path = _common.write_json(records, options.json, "conditioning")
