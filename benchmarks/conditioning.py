@@ -143,15 +143,20 @@ def probed_blocks(h, leaves, axes: dict, draws: int, seed: int = 0):
     return estimated
 
 
+#: The blocks' eigenvalues are floored at the priors' curvature, 1 nat per whitened unit
+#: squared, below which H has none (H = J' W J + I).
+FLOOR = 1.0
+
+
 def spectrum_of_blocks(h, blocks):
     """Eigenvalues of B^-1/2 H B^-1/2 for the block-diagonal B of (group, block) pairs, each
-    block's eigenvalues floored at a millionth of its largest."""
+    block's eigenvalues floored at ``FLOOR``."""
     import numpy as np
 
     inverse = np.zeros_like(h)
     for g, b in blocks:
         lam, vec = np.linalg.eigh(b)
-        lam = np.maximum(lam, 1e-6 * lam.max())
+        lam = np.maximum(lam, FLOOR)
         inverse[np.ix_(g, g)] = vec @ np.diag(lam**-0.5) @ vec.T
     return np.linalg.eigvalsh(inverse @ h @ inverse.T)
 

@@ -362,6 +362,13 @@ def placed_model(route: routes.Route, source, plan: RunPlan, by_block: bool):
     return route.place(model, mesh, row_blocks=row_blocks)
 
 
+def _prior_curvature(inputs):
+    """The least eigenvalue the loss's Gauss-Newton matrix can have: its priors' curvature,
+    1 / N for identity priors on whitened parameters over the data's N points."""
+    _, data = inputs
+    return 1.0 / data.n_points
+
+
 def _optimise(
     route: routes.Route, placed, fit_cfg: optimiser.FitConfig, out_dir: Path, resume, progress
 ):
@@ -385,7 +392,7 @@ def _optimise(
     curvature_fn = route.curvature_fn(fit_cfg, placed.spec)
     compile_began = time.perf_counter()
     step, programs = optimiser.compile_step(
-        optimiser.make_step(loss_fn, optimizer, curvature_fn), state, inputs
+        optimiser.make_step(loss_fn, optimizer, curvature_fn, _prior_curvature), state, inputs
     )
     phase_memory = {name: memory.stage_memory(program) for name, program in programs.items()}
     # Before the first step: the polish's program would otherwise fail only as it begins.

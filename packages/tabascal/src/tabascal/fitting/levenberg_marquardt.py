@@ -8,20 +8,25 @@ and, near a good start, describes the loss well, so each step solves the damped 
 
     (H + lambda D) d = -g
 
-for the step d, D the diagonal of H, by conjugate gradients preconditioned with D (Jacobi).
-A solve stops once an iteration lowers the quadratic model by less than ``forcing`` of its
-fall so far, over the iterations taken (an inexact Newton step: Dembo, Eisenstat & Steihaug
-1982, with Nash's truncation test), or after ``cg_steps`` products. The step is taken where
-the loss falls by at least ``_ACCEPT`` of what the Gauss-Newton model predicts, and the damping set
-from the ratio of the two (Nielsen 1999, the update of Madsen, Nielsen & Tingleff, *Methods
-for non-linear least squares problems*, 2004, section 3.2): small where the model is good
-(Gauss-Newton steps), large where it is not (short steps down the preconditioned gradient).
+for the step d, D the diagonal of H, by conjugate gradients preconditioned with H's blocks
+over each parameter leaf's mode axes (block-Jacobi: a gain's time modes per antenna and
+channel, a satellite's signal modes, a baseline's sky modes; the caller says which axes,
+``block_axes``). A solve stops once an iteration lowers the quadratic model by less than
+``forcing`` of its fall so far, over the iterations taken (an inexact Newton step: Dembo,
+Eisenstat & Steihaug 1982, with Nash's truncation test), or after ``cg_steps`` products.
+The step is taken where the loss falls by at least ``_ACCEPT`` of what the Gauss-Newton
+model predicts, and the damping set from the ratio of the two (Nielsen 1999, the update of
+Madsen, Nielsen & Tingleff, *Methods for non-linear least squares problems*, 2004, section
+3.2): small where the model is good (Gauss-Newton steps), large where it is not (short steps
+down the preconditioned gradient).
 
-D is estimated once, at the first step, from Hutchinson's estimator (Bekas, Kokiopoulou &
-Saad 2007): the mean of z * (H z) over ``probes`` random vectors of +-1, each one Gauss-Newton
-product. It changes little as the fit moves (the curvatures are set by the array, the noise
-and the priors' scales), and only the preconditioner's quality, never the step's
-correctness, depends on it.
+The blocks are estimated once, at the first step, from products with probe vectors
+(``estimate_blocks``: one product per entry of a leaf's block, every row at once), and their
+eigenvalues floored at the priors' curvature, the least H can have. They change little as
+the fit moves (the curvatures are set by the array, the noise and the priors' scales), and
+only the preconditioner's quality, never the step's correctness, depends on them. The
+diagonal alone is a far poorer preconditioner: within a gain's or a satellite's modes the
+curvature is far from diagonal (docs/science.md, "Gauss-Newton steps and their solves").
 
 The work is counted in passes (``LevenbergMarquardtState.passes``): one forward and one
 backward evaluation of the model; a Gauss-Newton product (a tangent, then a cotangent)
@@ -34,6 +39,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from tabascal.fitting.solvers import _axpy, _vdot
@@ -51,7 +57,9 @@ class LevenbergMarquardtState(NamedTuple):
 
     damping: lambda, relative to the diagonal (float32 scalar); growth: Nielsen's factor by
     which a refused step multiplies it (float32); diagonal: the estimate of H's diagonal,
-    shaped and placed as the parameters (all zero until the first step makes it); count:
+    shaped and placed as the parameters (all zero until the first step makes it); blocks:
+    the inverses of H's blocks, one (rows, b, b) array per parameter leaf
+    (``estimate_blocks``; zero until the first step); count:
     steps taken (int32); step_size: 1 where the last step was taken, 0 where refused;
     cg_iterations: its solve's products (int32); passes: the passes of every step so far
     (float32, the value and gradient each step starts from included); decrease: the fall of
@@ -63,6 +71,7 @@ class LevenbergMarquardtState(NamedTuple):
     damping: jax.Array
     growth: jax.Array
     diagonal: Any
+    blocks: tuple
     count: jax.Array
     step_size: jax.Array
     cg_iterations: jax.Array
@@ -72,7 +81,7 @@ class LevenbergMarquardtState(NamedTuple):
 
 
 def levenberg_marquardt(
-    cg_steps: int, forcing: float = 0.01, probes: int = 4, seed: int = 0, rows_alike=None
+    cg_steps: int, forcing: float = 0.01, seed: int = 0, block_axes=None, rows_alike=None
 ) -> optax.GradientTransformationExtraArgs:
     """Levenberg-Marquardt steps on the Gauss-Newton products, by conjugate gradients
     preconditioned with the curvature's diagonal (the module's description).
@@ -81,9 +90,12 @@ def levenberg_marquardt(
     ``curvature_fn`` (v -> the Gauss-Newton product at ``params``), as
     ``optimiser.make_step`` passes them. ``cg_steps``: the most products a solve takes;
     ``forcing``: the fraction of its starting (preconditioned) residual a solve stops at;
-    ``probes``: the random vectors the diagonal is estimated from, at the first step;
-    ``seed``: their key, fixed so that a fit is the same on any number of devices;
-    ``rows_alike``: the leaves whose probes are the same on every row (``estimate_diagonal``).
+    ``seed``: the key of the probes that estimate the preconditioner's blocks at the first
+    step, fixed so that a fit is the same on any number of devices; ``block_axes(path)``:
+    the trailing axes of a leaf that its blocks span (None: each leaf whole); ``rows_alike``:
+    the leaves whose probes are the same on every row (``estimate_blocks``). The update
+    takes ``curvature_floor`` where known: the least eigenvalue H can have (the priors' 1 /
+    N), at which the blocks' eigenvalues are floored.
     """
 
     def init(params):
@@ -93,6 +105,9 @@ def levenberg_marquardt(
             damping=scalar(DAMPING_START),
             growth=scalar(2.0),
             diagonal=jax.tree.map(lambda x: jnp.zeros(jnp.shape(x), real), params),
+            blocks=tuple(
+                jnp.zeros((rows, b, b), real) for rows, b in _block_shapes(params, block_axes)
+            ),
             count=jnp.zeros((), jnp.int32),
             step_size=scalar(1.0),
             cg_iterations=jnp.zeros((), jnp.int32),
@@ -103,7 +118,7 @@ def levenberg_marquardt(
 
     def update(
         updates, state, params=None, *, value=None, grad=None, value_fn=None, curvature_fn=None,
-        **extra,
+        curvature_floor=None, **extra,
     ):  # fmt: skip
         del updates, extra
         if curvature_fn is None:
@@ -113,13 +128,21 @@ def levenberg_marquardt(
             )
         real = jax.tree.leaves(grad)[0].dtype
         first = state.count == 0
-        diagonal = jax.lax.cond(
-            first,
-            lambda: estimate_diagonal(curvature_fn, grad, probes, seed, rows_alike),
-            lambda: state.diagonal,
-        )
+        floor = curvature_floor
+
+        def estimate():
+            blocks = estimate_blocks(curvature_fn, grad, block_axes, rows_alike, seed)
+            return _block_diagonal(grad, blocks, block_axes), _inverse_blocks(blocks, floor)
+
+        diagonal, inverses = jax.lax.cond(first, estimate, lambda: (state.diagonal, state.blocks))
         damping = state.damping.astype(real)
-        iterations, d, model = _pcg(curvature_fn, grad, diagonal, damping, forcing, cg_steps)
+
+        def precondition(r):
+            return _apply_blocks(inverses, r, block_axes, 1.0 + damping)
+
+        iterations, d, model = _pcg(
+            curvature_fn, grad, diagonal, damping, precondition, forcing, cg_steps
+        )
         # The fall the undamped Gauss-Newton model predicts at d: the damped model's, less
         # the damping's own term.
         predicted = -model + 0.5 * damping * _vdot(d, _times(diagonal, d))
@@ -142,11 +165,13 @@ def levenberg_marquardt(
             lambda: _backtrack(value_fn, params, value, _vdot(grad, d), d),
         )
         step = jax.tree.map(lambda x: (size * x).astype(x.dtype), d)
+        probes = sum(b for _, b in _block_shapes(grad, block_axes))
         spent = 1.0 + iterations + 0.5 * (1 + tries) + jnp.where(first, probes, 0)
         new = LevenbergMarquardtState(
             damping=damping_next,
             growth=growth_next,
             diagonal=diagonal,
+            blocks=inverses,
             count=state.count + 1,
             step_size=size.astype(jnp.float32),
             cg_iterations=iterations,
@@ -159,48 +184,99 @@ def levenberg_marquardt(
     return optax.GradientTransformationExtraArgs(init, update)
 
 
-def estimate_diagonal(curvature_fn, like, probes: int, seed: int, rows_alike=None):
-    """Hutchinson's estimate of the diagonal of the matrix whose products ``curvature_fn``
-    takes: the mean over ``probes`` vectors z of +-1 entries (shaped as ``like``) of z * (H z).
-    Each entry is floored at a millionth of its leaf's largest, so that the preconditioner
-    divides by no zero or negative estimate (a coordinate the data hardly reach, whose
-    estimate is mostly its neighbours' cross terms).
+def _leaf_blocks(shape, axes: int | None) -> tuple[int, int]:
+    """(rows, b): a leaf of ``shape`` as rows of blocks over its last ``axes`` axes (None:
+    the whole leaf, one row)."""
+    size = int(np.prod(shape, dtype=np.int64))
+    k = len(shape) if axes is None else min(axes, len(shape))
+    b = int(np.prod(shape[len(shape) - k :], dtype=np.int64))
+    return (size // b if b else 0), b
 
-    The entries are independent, but in the leaves for which ``rows_alike(path)`` holds (a
-    ``jax.tree_util.keystr`` path), whose rows are the same on every row: a leaf whose rows
-    no product couples (the sky's, one row per baseline) and whose rows a sharded layout
-    pads and permutes, so that the estimate, and the fit, are the same on any number of
-    devices.
+
+def _block_shapes(tree, block_axes) -> list[tuple[int, int]]:
+    """(rows, b) of each leaf of ``tree`` (``_leaf_blocks``), ``block_axes(path)`` giving
+    each leaf's axes."""
+    paths = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return [
+        _leaf_blocks(jnp.shape(x), None if block_axes is None else
+                     block_axes(jax.tree_util.keystr(path)))
+        for path, x in paths
+    ]  # fmt: skip
+
+
+def estimate_blocks(curvature_fn, like, block_axes=None, rows_alike=None, seed: int = 0):
+    """The blocks of the matrix whose products ``curvature_fn`` takes, one (rows, b, b) array
+    per leaf of ``like``: each leaf's rows of b entries over its last ``block_axes(path)``
+    axes (None: each leaf whole).
+
+    Column j of every row's block of a leaf comes from one product: the vector with each
+    row's entry j set to a random sign (all +1 in the leaves ``rows_alike(path)`` names, whose
+    rows no product couples and which a sharded layout pads and permutes, so that the
+    estimate is the same on any number of devices), zero elsewhere, its product's rows
+    multiplied by their signs. Other rows' coupling enters each block as noise that the
+    signs leave unbiased; where the blocks are nearly singular it is the floor on their
+    eigenvalues (``_inverse_blocks``) that keeps the estimate a good preconditioner
+    (docs/science.md, "Gauss-Newton steps and their solves"). A leaf costs b products.
     """
     paths, treedef = jax.tree_util.tree_flatten_with_path(like)
     leaves = [x for _, x in paths]
-    alike = [bool(rows_alike and rows_alike(jax.tree_util.keystr(path))) for path, _ in paths]
+    shapes = _block_shapes(like, block_axes)
+    blocks = []
+    for i, ((path, x), (rows, b)) in enumerate(zip(paths, shapes, strict=True)):
+        alike = bool(rows_alike and rows_alike(jax.tree_util.keystr(path)))
+        key = jax.random.fold_in(jax.random.key(seed), i)
+        signs = (
+            jnp.ones((rows,), x.dtype)
+            if alike
+            else jax.random.rademacher(key, (rows,), jnp.int8).astype(x.dtype)
+        )
 
-    def signs_like(key, x, same_rows):
-        shape = jnp.shape(x)
-        if not same_rows or not shape:
-            return jax.random.rademacher(key, shape, jnp.int8).astype(x.dtype)
-        row = jax.random.rademacher(key, shape[1:], jnp.int8).astype(x.dtype)
-        return jnp.broadcast_to(row, shape)
+        def column(j, acc, i=i, x=x, rows=rows, b=b, signs=signs):
+            entry = (jnp.arange(b) == j).astype(x.dtype)
+            probe = (signs[:, None] * entry[None, :]).reshape(jnp.shape(x))
+            vector = [probe if k == i else jnp.zeros_like(y) for k, y in enumerate(leaves)]
+            out = jax.tree.leaves(curvature_fn(jax.tree.unflatten(treedef, vector)))[i]
+            return acc.at[:, :, j].set(signs[:, None] * out.reshape(rows, b))
 
-    def probe(k):
-        key = jax.random.fold_in(jax.random.key(seed), k)
-        keys = jax.random.split(key, len(leaves))
-        signs = [signs_like(*each) for each in zip(keys, leaves, alike, strict=True)]
-        z = jax.tree.unflatten(treedef, signs)
-        return jax.tree.map(jnp.multiply, z, curvature_fn(z))
+        blocks.append(jax.lax.fori_loop(0, b, column, jnp.zeros((rows, b, b), x.dtype)))
+    return tuple(blocks)
 
-    def add(k, total):
-        return jax.tree.map(jnp.add, total, probe(k))
 
-    zeros = jax.tree.map(jnp.zeros_like, like)
-    total = jax.lax.fori_loop(0, probes, add, zeros)
+def _block_diagonal(like, blocks, block_axes):
+    """The blocks' diagonals, shaped as the leaves of ``like``."""
+    leaves, treedef = jax.tree.flatten(like)
+    diagonals = [
+        jnp.abs(jnp.diagonal(block, axis1=1, axis2=2)).reshape(jnp.shape(x))
+        for x, block in zip(leaves, blocks, strict=True)
+    ]
+    return jax.tree.unflatten(treedef, diagonals)
 
-    def floor(x):
-        x = jnp.abs(x / probes)
-        return jnp.maximum(x, 1e-6 * jnp.max(x)) if x.size else x
 
-    return jax.tree.map(floor, total)
+def _inverse_blocks(blocks, floor):
+    """Each (rows, b, b) block's inverse, its symmetric part's eigenvalues floored at
+    ``floor`` (the least H can have: the priors' curvature) or, where not known, at a
+    rounding's share of the block's largest."""
+    inverses = []
+    for block in blocks:
+        lam, vectors = jnp.linalg.eigh(0.5 * (block + jnp.swapaxes(block, 1, 2)))
+        least = jnp.finfo(block.dtype).eps * jnp.max(jnp.abs(lam), axis=-1, keepdims=True)
+        if floor is not None:
+            least = jnp.maximum(least, jnp.asarray(floor, block.dtype))
+        lam = jnp.maximum(lam, least)
+        inverses.append(jnp.einsum("rij,rj,rkj->rik", vectors, 1 / lam, vectors))
+    return tuple(inverses)
+
+
+def _apply_blocks(inverses, tree, block_axes, scale):
+    """``tree`` with each leaf's rows multiplied by their inverse blocks, over ``scale``."""
+    leaves, treedef = jax.tree.flatten(tree)
+    shapes = _block_shapes(tree, block_axes)
+    out = [
+        (jnp.einsum("rij,rj->ri", inverse, x.reshape(rows, b)) / scale)
+        .reshape(jnp.shape(x)).astype(x.dtype)
+        for x, inverse, (rows, b) in zip(leaves, inverses, shapes, strict=True)
+    ]  # fmt: skip
+    return jax.tree.unflatten(treedef, out)
 
 
 def _times(diagonal, v):
@@ -211,9 +287,9 @@ def _divide(v, diagonal):
     return jax.tree.map(lambda a, b: (a / b).astype(a.dtype), v, diagonal)
 
 
-def _pcg(curvature_fn, grad, diagonal, damping, forcing: float, cg_steps: int):
-    """Conjugate gradients for (H + damping D) d = -g, preconditioned by (1 + damping) D,
-    from d = 0: the products taken, d, and the damped quadratic model's change at d,
+def _pcg(curvature_fn, grad, diagonal, damping, precondition, forcing: float, cg_steps: int):
+    """Conjugate gradients for (H + damping D) d = -g, preconditioned by ``precondition``
+    (r -> M^-1 r), from d = 0: the products taken, d, and the damped quadratic model's change at d,
     q(d) = g.d + d.(H + damping D).d / 2.
 
     The solve stops once an iteration lowers q by less than ``forcing`` of q's fall so far
@@ -222,13 +298,9 @@ def _pcg(curvature_fn, grad, diagonal, damping, forcing: float, cg_steps: int):
     step is for, where the residual's norm would be ruled by the coordinates the priors
     alone hold, which the preconditioner solves in one iteration.
     """
-    scale = 1.0 + damping
 
     def product(p):
         return _axpy(damping, _times(diagonal, p), curvature_fn(p))
-
-    def precondition(r):
-        return jax.tree.map(lambda a, b: (a / (scale * b)).astype(a.dtype), r, diagonal)
 
     def going(carry):
         k, _, _, _, rz, model, last, bent = carry
