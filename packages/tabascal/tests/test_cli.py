@@ -150,6 +150,16 @@ def test_run_summary_prints_chi_squared_to_four_significant_figures_with_its_zer
     assert line == "  reduced chi-squared   1.082e+04 -> 0.9903"
 
 
+def test_run_summary_gives_the_passes_and_why_the_fit_stopped_where_counted():
+    from tabascal.cli.fit import _summary_lines
+
+    fit = {"steps": 29, "passes": 890.0, "stopped": "converged", "seconds": 13.6}
+    line = _summary_lines(_run_summary(steps=29, seconds_fit=13.6, fit=fit))[1]
+    assert line == "  steps                 29 in 13.6 s (890 passes; stopped: converged)"
+    # A summary written before passes were counted has no "fit": the line is as it was.
+    assert _summary_lines(_run_summary())[1] == "  steps                 5 in 1.0 s"
+
+
 def test_run_summary_lists_at_most_eight_satellites_orbit_offsets():
     from tabascal.cli.fit import _summary_lines
 

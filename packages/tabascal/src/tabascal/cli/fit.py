@@ -89,12 +89,20 @@ def _run_plan(args, base: dict | None = None):
     )
 
 
+def _passes(fit: dict) -> str:
+    """ ", N passes, stopped: why" from summary.json's ``fit``, where it counted them."""
+    if fit.get("passes") is None:
+        return ""
+    return f" ({fit['passes']:.0f} passes; stopped: {fit['stopped']})"
+
+
 def _summary_lines(summary: dict) -> list[str]:
     gib = [b / 2**30 for b in summary["per_device_peak_bytes"]]
     blocks = (summary.get("model") or {}).get("row_blocks")
     lines = [
         f"  reduced chi-squared   {summary['chi2_init']:#.4g} -> {summary['chi2_final']:#.4g}",
-        f"  steps                 {summary['steps']} in {summary['seconds_fit']:.1f} s",
+        f"  steps                 {summary['steps']} in {summary['seconds_fit']:.1f} s"
+        + _passes(summary.get("fit") or {}),
         f"  devices               {summary['n_devices']} (shard axis {summary['shard_axis']}"
         + (", antenna-reuse plan" if summary.get("reuse_plan") else "")
         + (f", {blocks} blocks of rows each" if blocks else "")
