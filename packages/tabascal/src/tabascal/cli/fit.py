@@ -90,7 +90,8 @@ def _run_plan(args, base: dict | None = None):
 
 
 def _passes(fit: dict) -> str:
-    """ ", N passes, stopped: why" from summary.json's ``fit``, where it counted them."""
+    """What the steps' line adds from summary.json's ``fit``: " (N passes; stopped: why)",
+    where the passes were counted."""
     if fit.get("passes") is None:
         return ""
     return f" ({fit['passes']:.0f} passes; stopped: {fit['stopped']})"
