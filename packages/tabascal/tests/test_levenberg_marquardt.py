@@ -266,6 +266,7 @@ def test_cg_steps_default_to_fifty_with_levenberg_marquardt():
     assert optimiser.FitConfig(polish="trust-region").polish_cg_steps == 400
 
 
+@pytest.mark.slow
 def test_summary_reports_the_passes_the_stop_and_where_the_time_went(small_store, tmp_path):
     """summary.json's ``fit``: two gradient steps (a pass each), then two Levenberg-Marquardt
     steps on the 8-station store, each its value and gradient (one pass), one to three
