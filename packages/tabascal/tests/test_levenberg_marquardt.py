@@ -300,3 +300,35 @@ def test_summary_reports_the_passes_the_stop_and_where_the_time_went(small_store
     assert timings["iterations_s"] == on_disk["seconds"]
     # The parts are consecutive spans of the run, so they fill no more than its whole.
     assert sum(timings[part] for part in parts) <= timings["total_s"]
+
+
+@pytest.mark.usefixtures("x64")
+def test_a_leaf_with_no_entries_rides_along():
+    """The gains of ``gains.kind: unitary`` have no modes: a leaf of shape (n_ant, n_freq, 0)
+    has no blocks to estimate or invert, and the other leaves' steps are as without it."""
+    a, b = _ridge_problem(seed=3, n_data=20, n_params=4)
+    loss, curvature = _ridge_loss_and_curvature(a, b)
+
+    def with_empty(fn):
+        return lambda p, *rest: fn(p["x"], *rest)
+
+    def curvature_with_empty(p, v, inputs):
+        return {"x": curvature(p["x"], v["x"], inputs), "g": jnp.zeros_like(v["g"])}
+
+    config = _lm_config(polish_steps=3, tolerance=0.0)
+    runs = []
+    for params, step_loss, step_curvature in [
+        (jnp.zeros(4), loss, curvature),
+        ({"x": jnp.zeros(4), "g": jnp.zeros((2, 3, 0))}, with_empty(loss), curvature_with_empty),
+    ]:
+        optimizer = optimiser.make_optimizer(config)
+        state, _ = optimiser.run(
+            optimiser.make_step(step_loss, optimizer, step_curvature),
+            optimiser.init_state(params, optimizer),
+            None,
+            config,
+            progress=False,
+        )
+        runs.append(state.params)
+    np.testing.assert_array_equal(runs[1]["x"], runs[0])
+    assert runs[1]["g"].shape == (2, 3, 0)

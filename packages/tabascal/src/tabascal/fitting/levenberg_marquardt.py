@@ -84,12 +84,13 @@ def levenberg_marquardt(
     cg_steps: int, forcing: float = 0.01, seed: int = 0, block_axes=None, rows_alike=None
 ) -> optax.GradientTransformationExtraArgs:
     """Levenberg-Marquardt steps on the Gauss-Newton products, by conjugate gradients
-    preconditioned with the curvature's diagonal (the module's description).
+    preconditioned with the curvature's blocks (the module's description).
 
     The update takes ``value`` (the loss at ``params``), ``grad``, ``value_fn`` and
     ``curvature_fn`` (v -> the Gauss-Newton product at ``params``), as
     ``optimiser.make_step`` passes them. ``cg_steps``: the most products a solve takes;
-    ``forcing``: the fraction of its starting (preconditioned) residual a solve stops at;
+    ``forcing``: a solve stops once an iteration lowers its model by less than this fraction
+    of the model's fall so far, over the iterations taken (``_pcg``);
     ``seed``: the key of the probes that estimate the preconditioner's blocks at the first
     step, fixed so that a fit is the same on any number of devices; ``block_axes(path)``:
     the trailing axes of a leaf that its blocks span (None: each leaf whole); ``rows_alike``:
@@ -223,6 +224,9 @@ def estimate_blocks(curvature_fn, like, block_axes=None, rows_alike=None, seed: 
     shapes = _block_shapes(like, block_axes)
     blocks = []
     for i, ((path, x), (rows, b)) in enumerate(zip(paths, shapes, strict=True)):
+        if not rows * b:  # no entries (the gains' modes of unitary gains): nothing to probe
+            blocks.append(jnp.zeros((rows, b, b), x.dtype))
+            continue
         alike = bool(rows_alike and rows_alike(jax.tree_util.keystr(path)))
         key = jax.random.fold_in(jax.random.key(seed), i)
         signs = (
@@ -258,6 +262,9 @@ def _inverse_blocks(blocks, floor):
     rounding's share of the block's largest."""
     inverses = []
     for block in blocks:
+        if not block.size:  # a leaf with no entries (the gains' modes of unitary gains)
+            inverses.append(block)
+            continue
         lam, vectors = jnp.linalg.eigh(0.5 * (block + jnp.swapaxes(block, 1, 2)))
         least = jnp.finfo(block.dtype).eps * jnp.max(jnp.abs(lam), axis=-1, keepdims=True)
         if floor is not None:
