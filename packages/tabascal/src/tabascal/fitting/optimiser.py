@@ -344,10 +344,12 @@ def make_step(
         extra = {}
         if isinstance(state.opt_state, PhasedState):  # the line search evaluates the loss
             extra = {"value": loss, "grad": grads, "value_fn": lambda p: loss_fn(p, inputs)[0]}
+            # Only a polish that takes the products takes their floor: L-BFGS's line search
+            # refuses any argument it does not know.
             if curvature_fn is not None:
                 extra["curvature_fn"] = lambda v: curvature_fn(state.params, v, inputs)
-            if curvature_floor is not None:
-                extra["curvature_floor"] = curvature_floor(inputs)
+                if curvature_floor is not None:
+                    extra["curvature_floor"] = curvature_floor(inputs)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params, **extra)
         params = optax.apply_updates(state.params, updates)
         return FitState(params, opt_state, state.step + 1), loss, aux
