@@ -208,17 +208,24 @@ def _plot(records, path: Path) -> None:
     plt.close(fig)
 
 
+def scenario_files(names: list[str] | None) -> list[Path]:
+    """The files of the scenarios ``names`` in benchmarks/scenarios (None: every one), or
+    an exit naming those that are not there."""
+    files = sorted(SCENARIOS.glob("*.yaml"))
+    if names is None:
+        return files
+    known = {f.stem: f for f in files}
+    missing = [s for s in names if s not in known]
+    if missing:
+        raise SystemExit(f"no scenario {missing} in {SCENARIOS}; have {sorted(known)}")
+    return [known[s] for s in names]
+
+
 def main(argv=None) -> list[dict]:
     options = _arguments(argv)
     from tabascal.config import load_yaml
 
-    files = sorted(SCENARIOS.glob("*.yaml"))
-    if options.scenarios is not None:
-        known = {f.stem: f for f in files}
-        missing = [s for s in options.scenarios if s not in known]
-        if missing:
-            raise SystemExit(f"no scenario {missing} in {SCENARIOS}; have {sorted(known)}")
-        files = [known[s] for s in options.scenarios]
+    files = scenario_files(options.scenarios)
     overrides = load_yaml(options.config) if options.config else {}
     base = _common.provenance(["benchmarks/science.py", *(argv or sys.argv[1:])])
     base["run_config"] = overrides

@@ -34,8 +34,6 @@ from pathlib import Path
 import _common
 import science
 
-SCENARIOS = Path(__file__).resolve().parent / "scenarios"
-
 
 def _arguments(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -135,13 +133,7 @@ def main(argv=None) -> list[dict]:
     options = _arguments(argv)
     from tabascal.config import load_yaml
 
-    files = sorted(SCENARIOS.glob("*.yaml"))
-    if options.scenarios is not None:
-        known = {f.stem: f for f in files}
-        missing = [s for s in options.scenarios if s not in known]
-        if missing:
-            raise SystemExit(f"no scenario {missing} in {SCENARIOS}; have {sorted(known)}")
-        files = [known[s] for s in options.scenarios]
+    files = science.scenario_files(options.scenarios)
     cases = [(f.stem, ("demo", load_yaml(f))) for f in files]
     cases += [(preset, (preset, {})) for preset in options.presets]
     base = _common.provenance(["benchmarks/time_to_science.py", *(argv or sys.argv[1:])])
