@@ -9,7 +9,7 @@ whitened unit squared) densely, one product per parameter, so it is for small mo
 and gives the spectrum of M^-1/2 H M^-1/2 for block-diagonal preconditioners M made from
 H's own blocks: its diagonal (Jacobi, what the solver uses); the whole of each parameter
 leaf; and, by the parameters' trailing (mode) axes, blocks of the last one, two and three
-axes, and the mode blocks (``MODE_BLOCKS``) exact and as products would estimate them
+axes, and the solver's mode blocks (``fitting.MODE_AXES``) exact and as products would estimate them
 (``probed_blocks``). Conjugate gradients need about sqrt(condition) iterations where the spectrum is
 spread, and one more per isolated small eigenvalue: the counts below 0.1 and 0.01 say how
 many there are.
@@ -74,60 +74,45 @@ def dense_gauss_newton(store: Path):
     return h, leaves
 
 
-def block_groups(leaves, trailing: int | None):
-    """Index groups of the flattened parameters: each leaf's blocks over its last
-    ``trailing`` axes (None: the whole leaf)."""
+def leaf_rows(leaves, axes_of):
+    """Each leaf's name and its flattened parameters' indices as (rows, b): blocks over its
+    last ``axes_of(name)`` axes (None: the whole leaf, one row)."""
     import numpy as np
 
-    groups, start = [], 0
-    for _, shape in leaves:
-        size = int(np.prod(shape))
-        index = np.arange(start, start + size).reshape(shape)
-        start += size
-        if trailing is None or index.ndim == 0:
-            groups.append(index.ravel())
-            continue
-        k = min(trailing, index.ndim)
-        groups += list(index.reshape(-1, int(np.prod(shape[index.ndim - k :]))))
-    return groups
-
-
-#: Blocks over each leaf's last axes, by leaf: a gain's time modes per antenna and channel,
-#: a satellite's signal modes (real and imaginary, frequency, time), a baseline's sky modes.
-MODE_BLOCKS = {".gains": 1, ".rfi": 3, ".sky": 3, ".orbits": 1}
-
-
-def mode_groups(leaves, axes: dict):
-    """Index groups: each leaf's blocks over its last ``axes[prefix]`` axes, the prefix
-    the leaf's path begins with."""
-    import numpy as np
-
-    groups, start = [], 0
+    rows, start = [], 0
     for name, shape in leaves:
         size = int(np.prod(shape))
         index = np.arange(start, start + size).reshape(shape)
         start += size
-        k = min(next(v for key, v in axes.items() if name.startswith(key)), index.ndim)
-        groups += list(index.reshape(-1, int(np.prod(shape[index.ndim - k :]))))
-    return groups
+        axes = axes_of(name)
+        k = index.ndim if axes is None else min(axes, index.ndim)
+        rows.append((name, index.reshape(-1, int(np.prod(shape[index.ndim - k :])))))
+    return rows
 
 
-def probed_blocks(h, leaves, axes: dict, draws: int, seed: int = 0):
-    """H's blocks over ``mode_groups`` as products would estimate them: for each leaf and
-    each place j in its blocks, the product with e_j in every row of the leaf at once, each
-    row's sign random (the sky's rows, which no product couples, all +1), the row's part of
-    the product times its sign, averaged over ``draws`` such products: H's groups and their
+def block_groups(leaves, axes_of):
+    """Index groups of the flattened parameters: the rows of ``leaf_rows``."""
+    return [row for _, rows in leaf_rows(leaves, axes_of) for row in rows]
+
+
+def mode_axes(name: str) -> int | None:
+    """The axes the solver's blocks span in the leaf ``name`` (``fitting.MODE_AXES``)."""
+    from tabascal.fitting import MODE_AXES
+
+    return next((axes for prefix, axes in MODE_AXES.items() if name.startswith(prefix)), None)
+
+
+def probed_blocks(h, leaves, axes_of, draws: int, seed: int = 0):
+    """H's blocks over ``leaf_rows`` as products would estimate them: for each leaf and each
+    place j in its blocks, the product with e_j in every row of the leaf at once, each row's
+    sign random (the sky's rows, which no product couples, all +1), the row's part of the
+    product times its sign, averaged over ``draws`` such products: H's groups and their
     estimated blocks."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    estimated, start = [], 0
-    for name, shape in leaves:
-        size = int(np.prod(shape))
-        index = np.arange(start, start + size).reshape(shape)
-        start += size
-        k = min(next(v for key, v in axes.items() if name.startswith(key)), index.ndim)
-        rows = index.reshape(-1, int(np.prod(shape[index.ndim - k :])))
+    estimated = []
+    for name, rows in leaf_rows(leaves, axes_of):
         blocks = np.zeros((len(rows), rows.shape[1], rows.shape[1]))
         for _ in range(draws):
             signs = (
@@ -189,7 +174,7 @@ def main(argv=None) -> list[dict]:
             store = Path(where) / f"{name}.zarr"
             simulate(simulation_config("demo", load_yaml(SCENARIOS / f"{name}.yaml")), store)
             h, leaves = dense_gauss_newton(store)
-            modes = mode_groups(leaves, MODE_BLOCKS)
+            modes = block_groups(leaves, mode_axes)
             cases = {label: trailing for label, trailing in preconditioners.items()}
             cases["mode blocks"] = "modes"
             cases["... probed, 1 draw"] = 1
@@ -197,13 +182,13 @@ def main(argv=None) -> list[dict]:
             for label, trailing in cases.items():
                 if label.startswith("... probed"):
                     groups = modes
-                    ev = spectrum_of_blocks(h, probed_blocks(h, leaves, MODE_BLOCKS, trailing))
+                    ev = spectrum_of_blocks(h, probed_blocks(h, leaves, mode_axes, trailing))
                 elif trailing == "modes":
                     groups = modes
                     ev = spectrum(h, groups)
                 else:
                     groups = ([np.array([i]) for i in range(len(h))] if trailing == 0
-                              else block_groups(leaves, trailing))  # fmt: skip
+                              else block_groups(leaves, lambda _, k=trailing: k))  # fmt: skip
                     ev = spectrum(h, groups)
                 record = {
                     **base, "scenario": name, "params": len(h), "preconditioner": label,

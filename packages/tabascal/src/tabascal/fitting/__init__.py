@@ -27,6 +27,7 @@ _FACE = {
     "data_noise": ("noise_source",),
     "job": ("RunSummary", "placed_model", "precision_scope", "predict_outputs", "run"),
     "optimiser": (
+        "MODE_AXES",
         "FitConfig",
         "compile_step",
         "init_state",
