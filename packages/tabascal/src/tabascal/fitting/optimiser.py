@@ -445,7 +445,9 @@ def run(
             losses.append(float(loss))
             chi2s.append(float(aux["chi2"]))
             passes.append(passes_taken(state, passes, config))
-            if (lm := _lm_state(state)) is not None:
+            # Each figure is read from the device: only when they are to be logged.
+            lm = _lm_state(state) if logger.isEnabledFor(logging.DEBUG) else None
+            if lm is not None:
                 logger.debug(
                     "step %d: loss %.9g, damping %.3g, %d products, %s, predicted fall %.3g",
                     len(losses), losses[-1], float(lm.damping), int(lm.cg_iterations),
@@ -510,9 +512,10 @@ def passes_taken(state: FitState, passes: list[float], config: FitConfig) -> flo
 
 
 def converged(state: FitState, losses, config: FitConfig, n_points: float = 1.0) -> bool:
-    """Whether a Levenberg-Marquardt fit has converged: its last step was taken, lowered the
-    negative log posterior (the loss times ``n_points``) by less than ``tolerance`` of
-    itself, and began where the gradient's size (``gradient_norm2`` / 2, in nats) was below
+    """Whether a Levenberg-Marquardt fit has converged: the step before the last lowered
+    the negative log posterior (the loss times ``n_points``) by less than ``tolerance`` of
+    itself (a refused step, which lowers it by nothing, counts too), and the last step began
+    where the gradient's size (``gradient_norm2`` / 2, in nats) was below
     ``gradient_tolerance``. Never for other solvers, or with tolerance 0.
 
     ``losses[n]`` is the loss at the parameters step n starts from, so the fall of the step
