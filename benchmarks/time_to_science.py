@@ -31,8 +31,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import _common
-import science
+# The fits run in processes of their own, and an accelerator opens to one process at a time:
+# this one simulates and scores on the CPU, each fit gets the platforms the caller chose.
+FIT_PLATFORMS = os.environ.get("JAX_PLATFORMS")
+os.environ["JAX_PLATFORMS"] = "cpu"
+
+import _common  # noqa: E402
+import science  # noqa: E402
 
 
 def _arguments(argv=None):
@@ -64,10 +69,28 @@ def _arguments(argv=None):
     return parser.parse_args(argv)  # fmt: skip
 
 
+def _fit_environment() -> dict:
+    """This process's environment with the platforms the caller chose for the fits."""
+    env = dict(os.environ)
+    env.pop("JAX_PLATFORMS")
+    if FIT_PLATFORMS is not None:
+        env["JAX_PLATFORMS"] = FIT_PLATFORMS
+    return env
+
+
+def fit_devices() -> str:
+    """The devices a fit's process sees, as the record's ``machine`` names this one's."""
+    probe = "import jax; print(jax.device_count(), 'x', jax.devices()[0].device_kind)"
+    done = subprocess.run([sys.executable, "-c", probe], env=_fit_environment(),
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return done.stdout.strip().splitlines()[-1]
+
+
 def tabascal_run(store: Path, out: Path, config: Path | None, cache_home: Path) -> dict:
     """``tabascal run`` on ``store`` into ``out`` in a fresh process whose compilation cache
     lives under ``cache_home``: its summary.json, with the process's wall time."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_PERSISTENT_CACHE")}
+    env = _fit_environment()
+    env = {k: v for k, v in env.items() if not k.startswith("JAX_PERSISTENT_CACHE")}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
     env["XDG_CACHE_HOME"] = str(cache_home)
     command = [sys.executable, "-m", "tabascal", "run", "--data", str(store), "-o", str(out),
@@ -138,6 +161,8 @@ def main(argv=None) -> list[dict]:
     cases += [(preset, (preset, {})) for preset in options.presets]
     base = _common.provenance(["benchmarks/time_to_science.py", *(argv or sys.argv[1:])])
     base["run_config"] = load_yaml(options.config) if options.config else {}
+    base["fit_devices"] = fit_devices()
+    print(f"fits on {base['fit_devices']}")
     head = (
         f"{'scenario':>16} {'vis':>9} {'command':>8} {'setup':>6} {'compile':>7} "
         f"{'iterations':>9} {'writing':>7} {'setup%':>6} {'steps':>5} {'passes':>6} "
