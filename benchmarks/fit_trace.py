@@ -114,7 +114,7 @@ def main(argv=None) -> list[dict]:
     inputs = (placed.constants, placed.data)
     optimizer = fitting.make_optimizer(fit)
     state = fitting.init_state(placed.params, optimizer)
-    step = fitting.make_step(partial(route.loss, spec=placed.spec), optimizer)
+    step = fitting.route_step(route, placed.spec, fit, optimizer)
     step = step.lower(state, inputs).compile()
     rows, losses, start, scoring = [], [], time.perf_counter(), 0.0
     record = {**_common.provenance(["benchmarks/fit_trace.py", *(argv or sys.argv[1:])]),

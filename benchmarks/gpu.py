@@ -42,7 +42,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -124,7 +123,7 @@ def run_case(spec: dict) -> dict:
     """One (channels, RFI) case in this process: build, draw the data, fit, measure."""
     import jax
 
-    from tabascal import parallel, planning
+    from tabascal import fitting, parallel, planning
     from tabascal.fitting import optimiser
     from tabascal.fitting import run_config as rc
 
@@ -170,7 +169,7 @@ def run_case(spec: dict) -> dict:
         route = parallel.route("none")
         model = route.place(model, None)
     progress(f"placed, phase moments kept: {model.info['rfi_phase_cache']}")
-    step = optimiser.make_step(partial(route.loss, spec=model.spec), optimizer)
+    step = fitting.route_step(route, model.spec, fit_config, optimizer)
     inputs = (model.constants, model.data)
     state = optimiser.init_state(model.params, optimizer)
     start = time.perf_counter()

@@ -149,10 +149,10 @@ def main(argv=None) -> list[dict]:
     options = _arguments(argv)
     import jax
 
+    from tabascal import fitting, parallel
     from tabascal.config import load_yaml
     from tabascal.fitting import optimiser
     from tabascal.fitting import run_config as rc
-    from tabascal.model import joint
     from tabascal.simulate import simulate, simulation_config
     from tabascal.store import read_observation
 
@@ -167,8 +167,9 @@ def main(argv=None) -> list[dict]:
         model, config = _model(obs, VARIANTS[name], "single")
         components = _component_seconds(model)  # before the step donates the parameters
         hvp = _hvp_seconds(model)
-        optimizer = optimiser.make_optimizer(rc.fit_config(config))
-        step = optimiser.make_step(lambda p, i, s=model.spec: joint.loss(p, i, s), optimizer)
+        fit_config = rc.fit_config(config)
+        optimizer = optimiser.make_optimizer(fit_config)
+        step = fitting.route_step(parallel.route("none"), model.spec, fit_config, optimizer)
         inputs = (model.constants, model.data)
         state = optimiser.init_state(model.params, optimizer)
         start = time.perf_counter()

@@ -109,25 +109,25 @@ def compiled_step(model, axis: str, n_dev: int = N_DEVICES):
     """(compiled optimisation step of the gradient phases, initial state, inputs, the polish's
     compiled step) of ``model`` (a ``joint.Model``) on the axis "none" (one device),
     "baseline" or "reuse" (the baseline axis with the antenna-reuse plan) over ``n_dev``
-    devices, with the default fit (a trust-region polish)."""
-    from functools import partial
-
+    devices, with the default fit (a Levenberg-Marquardt polish)."""
+    from tabascal import fitting, parallel
     from tabascal.fitting import optimiser
-    from tabascal.model import joint
     from tabascal.parallel import baseline_axis
 
-    optimizer = optimiser.make_optimizer(optimiser.FitConfig())
+    fit = optimiser.FitConfig()
+    optimizer = optimiser.make_optimizer(fit)
+    route = parallel.route("none" if axis == "none" else "baseline", reuse_plan=axis == "reuse")
     if axis == "none":
-        params, inputs = model.params, (model.constants, model.data)
-        loss_fn = partial(joint.loss, spec=model.spec)
+        params, inputs, spec = model.params, (model.constants, model.data), model.spec
     else:
         mesh = baseline_axis.make_mesh(n_dev)
         sharded = baseline_axis.shard_model(model, mesh, reuse=axis == "reuse")
         params, inputs = sharded.params, (sharded.constants, sharded.data)
-        loss_fn = partial(baseline_axis.loss, spec=sharded.spec)
+        spec = sharded.spec
     params = jax.tree.map(lambda x: x.copy(), params)  # the step donates its state
     state = optimiser.init_state(params, optimizer)
-    _, programs = optimiser.compile_step(optimiser.make_step(loss_fn, optimizer), state, inputs)
+    step = fitting.route_step(route, spec, fit, optimizer)
+    _, programs = optimiser.compile_step(step, state, inputs)
     return programs["gradient"], state, inputs, programs["polish"]
 
 

@@ -25,7 +25,14 @@ from tabascal._lazy_face import lazy_face
 _FACE = {
     "checkpoint": ("FitHistory", "load_checkpoint", "save_checkpoint"),
     "data_noise": ("noise_source",),
-    "job": ("RunSummary", "placed_model", "precision_scope", "predict_outputs", "run"),
+    "job": (
+        "RunSummary",
+        "placed_model",
+        "precision_scope",
+        "predict_outputs",
+        "route_step",
+        "run",
+    ),
     "optimiser": (
         "MODE_AXES",
         "FitConfig",

@@ -362,11 +362,13 @@ def placed_model(route: routes.Route, source, plan: RunPlan, by_block: bool):
     return route.place(model, mesh, row_blocks=row_blocks)
 
 
-def _prior_curvature(inputs):
-    """The least eigenvalue the loss's Gauss-Newton matrix can have: its priors' curvature,
-    1 / N for identity priors on whitened parameters over the data's N points."""
-    _, data = inputs
-    return 1.0 / data.n_points
+def route_step(route: routes.Route, spec, fit_cfg: optimiser.FitConfig, optimizer):
+    """``optimiser.make_step`` of ``route``'s loss on a model placed as ``spec``, with the
+    Gauss-Newton product and the priors' curvature where ``fit_cfg``'s polish takes them
+    (``polish: levenberg-marquardt``, the default, or ``polish_curvature: gauss-newton``)."""
+    curvature_fn = route.curvature_fn(fit_cfg, spec)
+    loss_fn = partial(route.loss, spec=spec)
+    return optimiser.make_step(loss_fn, optimizer, curvature_fn, joint.prior_curvature)
 
 
 def _optimise(
@@ -389,10 +391,9 @@ def _optimise(
         logger.info("resuming at step %d", int(state.step))
     # The gradient phases and the polish are two programs, each holding its own optimiser
     # state; both compile now, so that the memory reported is the larger one's.
-    curvature_fn = route.curvature_fn(fit_cfg, placed.spec)
     compile_began = time.perf_counter()
     step, programs = optimiser.compile_step(
-        optimiser.make_step(loss_fn, optimizer, curvature_fn, _prior_curvature), state, inputs
+        route_step(route, placed.spec, fit_cfg, optimizer), state, inputs
     )
     phase_memory = {name: memory.stage_memory(program) for name, program in programs.items()}
     # Before the first step: the polish's program would otherwise fail only as it begins.

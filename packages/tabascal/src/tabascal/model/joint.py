@@ -178,6 +178,13 @@ def _prior(params: ModelParams) -> jax.Array:
     )
 
 
+def prior_curvature(inputs) -> jax.Array:
+    """The least eigenvalue ``gauss_newton``'s matrix can have: the priors' curvature, 1 / N
+    for identity priors on whitened parameters over the data's N points."""
+    _, data = inputs
+    return 1.0 / data.n_points
+
+
 def gauss_newton(
     params: ModelParams, tangent: ModelParams, inputs, spec, predict=predict
 ) -> ModelParams:
