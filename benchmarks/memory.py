@@ -41,7 +41,6 @@ devices.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -91,9 +90,9 @@ def _arguments(argv=None):
     parser.add_argument(
         "--polish",
         default=None,
-        choices=("lbfgs", "newton", "trust-region"),
-        help="fit.polish (default: the fit's own, trust-region): L-BFGS (its histories in "
-        "the polish's state) or Newton's",
+        choices=("lbfgs", "newton", "trust-region", "levenberg-marquardt"),
+        help="fit.polish (default: the fit's own, levenberg-marquardt): L-BFGS (its histories "
+        "in the polish's state), Newton's, or Levenberg-Marquardt's (its curvature's blocks)",
     )
     parser.add_argument(
         "--row-blocks",
@@ -213,13 +212,12 @@ def main(argv=None) -> list[dict]:
         snr = presets.expected_snr(scene)
         meta = scene.meta
         for rfi in options.rfi:
-            config = _common.run_config(rfi)
+            polish = {"fit": {"polish": options.polish}} if options.polish else None
+            config = _common.run_config(rfi, extra=polish)
             start = time.perf_counter()
             model = joint.abstract_model(meta, run_config.model_config(config), snr=snr)
             seconds_model = time.perf_counter() - start
             fit_config = run_config.fit_config(config)
-            if options.polish is not None:
-                fit_config = dataclasses.replace(fit_config, polish=options.polish)
             print(
                 f"\n{options.preset}, {channels} channels, {rfi} RFI: {meta.n_ant} stations, "
                 f"{meta.n_bl} baselines, {meta.n_sat} satellites, {meta.n_time} cells, "

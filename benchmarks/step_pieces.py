@@ -9,9 +9,9 @@ Pieces, each lowered and compiled from abstract shapes on one CPU device (as
 Hessian-vector product (forward over reverse, as the Newton and trust-region polishes take
 it); a Gauss-Newton product (``joint.gauss_newton``: the model's tangent, then its cotangent;
 the Hessian without the residuals' curvature); the gradient phases' step; the polish's step
-(with ``--curvature``'s products). Each is reported in bytes and in visibility cubes (n_bl x
-n_freq x n_time complex64): everything visibility-shaped scales with the cube, everything
-parameter-shaped with the sky's modes.
+(``--polish``'s, with ``--curvature``'s products). Each is reported in bytes and in
+visibility cubes (n_bl x n_freq x n_time complex64): everything visibility-shaped scales
+with the cube, everything parameter-shaped with the sky's modes.
 
 The sky's modes: one box of modes (n_kf, n_kt) for every baseline, sized by the baseline
 with the largest fringe rate and delay, against what each baseline's own spectrum keeps (the
@@ -44,6 +44,11 @@ def _arguments(argv=None):
     parser.add_argument("--rfi", default="hybrid", choices=sorted(_common.RFI_ROUTES))
     parser.add_argument("--pieces", nargs="+", default=list(PIECES), choices=PIECES)
     parser.add_argument("--groups", type=int, default=6, help="most sky groups to consider")
+    parser.add_argument(
+        "--polish",
+        default=None,
+        help="fit.polish of the polish's step (default: the fit's own, levenberg-marquardt)",
+    )
     parser.add_argument(
         "--curvature",
         default=None,
@@ -107,7 +112,7 @@ def measure_pieces(model, fit_config, pieces) -> dict:
 
     import jax
 
-    from tabascal import parallel, planning
+    from tabascal import fitting, parallel, planning
     from tabascal.fitting import optimiser, phases
 
     placed = planning.place_abstract(model, "none", None)
@@ -128,8 +133,7 @@ def measure_pieces(model, fit_config, pieces) -> dict:
 
     polished = dataclasses.replace(fit_config, polish_steps=max(fit_config.polish_steps, 1))
     optimizer = optimiser.make_optimizer(polished)
-    curvature_fn = parallel.route("none").curvature_fn(polished, placed.spec)
-    step = optimiser.make_step(loss_fn, optimizer, curvature_fn)
+    step = fitting.route_step(parallel.route("none"), placed.spec, polished, optimizer)
     state = jax.eval_shape(partial(optimiser.init_state, optimizer=optimizer), params)
     programs = {
         "loss": lambda: jax.jit(value).lower(params, inputs),
@@ -167,7 +171,9 @@ def main(argv=None) -> dict:
         options.preset, _common.preset_overrides(options.channels, extra)
     )
     meta = scene.meta
-    config = _common.run_config(options.rfi)
+    # --polish before the fit's defaults resolve: those that follow the polish follow it
+    polish = {"fit": {"polish": options.polish}} if options.polish else None
+    config = _common.run_config(options.rfi, extra=polish)
     model_config = run_config.model_config(config)
     start = time.perf_counter()
     geometry = frame.observation_geometry(meta, model_config)
@@ -189,6 +195,7 @@ def main(argv=None) -> dict:
     fit_config = run_config.fit_config(config)
     if options.curvature is not None:
         fit_config = dataclasses.replace(fit_config, polish_curvature=options.curvature)
+    record["polish"] = fit_config.polish
     record["polish_curvature"] = fit_config.polish_curvature
     record["pieces"] = measure_pieces(model, fit_config, options.pieces)
 

@@ -16,13 +16,14 @@ def test_step_pieces_reports_each_piece_and_the_polish_without_the_gradient_stat
     out = tmp_path / "pieces.json"
     _run_benchmark(
         "step_pieces.py", "--preset", "demo",
-        "--channels", "2", "--groups", "2", "--json", str(out),
+        "--channels", "2", "--groups", "2", "--polish", "trust-region", "--json", str(out),
     )  # fmt: skip
     (record,) = json.loads(out.read_text())
     pieces = record["pieces"]
     assert set(pieces) == {
         "loss", "value_and_grad", "hvp", "gauss_newton", "gradient_step", "polish_step"
     }  # fmt: skip
+    assert record["polish"] == "trust-region"
     assert record["polish_curvature"] == "hessian"  # the fit's own, without --curvature
     assert pieces["gauss_newton"]["temporaries"] > 0
     # Beyond what the gradient reads (the parameters, the inputs), the gradient phases' step

@@ -7,11 +7,10 @@ default in bfloat16 passes (about three digits), as GPUs run it in TF32. These t
 CPU: they check the choices the code makes for such a backend, and the programs it builds.
 """
 
-from functools import partial
-
 import jax
 import pytest
 
+from tabascal import fitting, parallel
 from tabascal.config import ConfigError
 from tabascal.fitting import job, optimiser, phases, run_config
 from tabascal.model import joint
@@ -65,9 +64,10 @@ def _dot_precisions(jaxpr) -> list:
     [
         {"orbits": {"fit": "ric"}},  # hybrid RFI, per-antenna signal, orbit corrections
         {"rfi": {"quadrature_limit": 0, "signal": "shared"}},  # analytic, shared signal
-        {"fit": {"polish_curvature": "gauss-newton"}},
+        {"fit": {"polish": "trust-region"}},  # Hessian-vector products
+        {"fit": {"polish": "trust-region", "polish_curvature": "gauss-newton"}},
     ],
-    ids=["hybrid-orbits", "analytic-shared", "gauss-newton"],
+    ids=["hybrid-orbits", "analytic-shared", "trust-region", "trust-region-gauss-newton"],
 )
 def test_every_matrix_product_of_the_fit_asks_for_full_precision(rising_store, model_config):
     """On a TPU (bfloat16 passes) or a GPU (TF32) a product at the default precision keeps
@@ -81,10 +81,7 @@ def test_every_matrix_product_of_the_fit_asks_for_full_precision(rising_store, m
     inputs = (model.constants, model.data)
     fit = run_config.fit_config(config)
     optimizer = optimiser.make_optimizer(fit)
-    curvature = None
-    if fit.polish_curvature == "gauss-newton":
-        curvature = partial(joint.gauss_newton, spec=model.spec)
-    step = optimiser.make_step(lambda p, i: joint.loss(p, i, model.spec), optimizer, curvature)
+    step = fitting.route_step(parallel.route("none"), model.spec, fit, optimizer)
     state = optimiser.init_state(model.params, optimizer)
     highest = (jax.lax.Precision.HIGHEST, jax.lax.Precision.HIGHEST)
     for phase in (state, phases.polish_form(state, optimizer)):

@@ -17,8 +17,8 @@ def test_unset_phases_follow_the_first_phase_at_a_half_and_two_and_a_half_times(
     config = optimiser.FitConfig(steps=6, polish="lbfgs")
     assert (config.second_phase_steps, config.polish_steps, config.total_steps) == (3, 15, 24)
     lbfgs = optimiser.FitConfig(polish="lbfgs")
-    assert (lbfgs.steps, lbfgs.second_phase_steps, lbfgs.polish_steps) == (800, 400, 2000)
-    assert optimiser.FitConfig(steps=6, polish_steps=0).total_steps == 9
+    assert (lbfgs.steps, lbfgs.second_phase_steps, lbfgs.polish_steps) == (200, 100, 500)
+    assert optimiser.FitConfig(steps=6, polish="newton", polish_steps=0).total_steps == 9
 
 
 def _toy_loss(params, inputs):
@@ -48,6 +48,35 @@ def test_fit_converges_on_a_quadratic():
     assert history.loss.shape == (300,)
     assert history.loss[-1] < 1e-3 * history.loss[0]
     np.testing.assert_allclose(state.params["x"], np.arange(5.0), atol=0.05)
+
+
+def test_held_gains_stay_at_their_start_through_the_gradient_phases():
+    """Under ``hold_gains`` the gradient phases' steps leave every gains leaf as it started
+    (bit for bit) and move the others as they would unheld."""
+    from tabascal.model.joint import ModelParams
+
+    def loss(p, _):
+        chi2 = sum(jnp.sum((x - 2.0) ** 2) for x in jax.tree.leaves(p))
+        return chi2, {"chi2": chi2}
+
+    start = ModelParams(sky=jnp.zeros(3), rfi=jnp.zeros((2, 2)), gains=jnp.ones(4))
+    ends = {}
+    for held in (True, False):
+        config = _fit_config(optimizer="adabelief", steps=5, hold_gains=held)
+        optimizer = optimiser.make_optimizer(config)
+        state, _ = optimiser.run(
+            optimiser.make_step(loss, optimizer),
+            optimiser.init_state(jax.tree.map(jnp.copy, start), optimizer),  # donated
+            None,
+            config,
+            progress=False,
+        )
+        ends[held] = state.params
+    np.testing.assert_array_equal(ends[True].gains, start.gains)
+    assert np.all(np.asarray(ends[False].gains) > 1.1)  # 5 steps of 0.1 towards 2
+    for name in ("sky", "rfi"):
+        np.testing.assert_array_equal(getattr(ends[True], name), getattr(ends[False], name))
+        assert np.all(np.asarray(getattr(ends[True], name)) > 0.1)
 
 
 @pytest.mark.usefixtures("x64")  # float64, so that the ratios hold to 1e-12
@@ -221,7 +250,7 @@ def test_resume_across_the_switch_to_lbfgs_equals_an_uninterrupted_run(tmp_path)
 
 
 def test_newton_polish_defaults_to_a_fortieth_of_the_first_phase_and_unknown_ones_are_refused():
-    config = optimiser.FitConfig(polish="newton")
+    config = optimiser.FitConfig(polish="newton", steps=800)
     assert (config.steps, config.second_phase_steps, config.polish_steps) == (800, 400, 10)
     assert config.polish_cg_steps == 400
     assert optimiser.FitConfig(polish="newton", steps=3).polish_steps == 1  # rounded up
@@ -231,13 +260,22 @@ def test_newton_polish_defaults_to_a_fortieth_of_the_first_phase_and_unknown_one
         optimiser.FitConfig(polish="bfgs")
 
 
-def test_trust_region_polish_is_the_default_at_a_quarter_of_the_first_phase_at_most_100():
+def test_levenberg_marquardt_is_the_default_after_200_gradient_steps_and_no_second_phase():
     config = optimiser.FitConfig()
-    assert config.polish == "trust-region" and config.polish_tolerance == 0.1
+    assert config.polish == "levenberg-marquardt" and config.polish_cg_steps == 50
+    assert (config.steps, config.second_phase_steps, config.polish_steps) == (200, 0, 60)
+    assert config.total_steps == 260 and not config.hold_gains
+    assert optimiser.FitConfig(steps=10).second_phase_steps == 0
+    assert optimiser.FitConfig(second_phase_steps=4).total_steps == 264
+
+
+def test_trust_region_polish_takes_a_quarter_of_the_first_phase_at_most_100():
+    config = optimiser.FitConfig(polish="trust-region", steps=800)
+    assert config.polish_tolerance == 0.1 and config.polish_cg_steps == 400
     assert (config.steps, config.second_phase_steps, config.polish_steps) == (800, 400, 100)
-    assert optimiser.FitConfig(steps=3).polish_steps == 1  # rounded up
-    assert optimiser.FitConfig(steps=200).polish_steps == 50
-    assert optimiser.FitConfig(steps=401).polish_steps == 100  # at most 100
+    assert optimiser.FitConfig(polish="trust-region", steps=3).polish_steps == 1  # rounded up
+    assert optimiser.FitConfig(polish="trust-region", steps=200).polish_steps == 50
+    assert optimiser.FitConfig(polish="trust-region", steps=401).polish_steps == 100  # at most
 
 
 @pytest.mark.usefixtures("x64")

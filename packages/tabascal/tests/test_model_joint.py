@@ -1,13 +1,13 @@
 """The joint model: gradients, sampling rule, bad input, and a fit from blind initialisation."""
 
 import dataclasses
-from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tabascal import fitting, parallel
 from tabascal.cli.fit import DEMO_CONFIG
 from tabascal.fitting import optimiser, run_config
 from tabascal.model import gains, joint, rfi_signal, rfi_vis, satellites
@@ -161,7 +161,7 @@ def test_demo_fit_from_data_estimates_reaches_the_noise_and_recovers_the_sky(dem
     model = joint.build(obs, run_config.model_config(config), init="data")
     fit_cfg = run_config.fit_config(config)
     optimizer = optimiser.make_optimizer(fit_cfg)
-    step = optimiser.make_step(partial(joint.loss, spec=model.spec), optimizer)
+    step = fitting.route_step(parallel.route("none"), model.spec, fit_cfg, optimizer)
     state, history = optimiser.run(
         step,
         optimiser.init_state(model.params, optimizer),

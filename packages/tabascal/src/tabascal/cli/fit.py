@@ -36,9 +36,7 @@ POLISH_NAMES = {
 #: gradient phases near the optimum, where both polishes reach the same fit and the line
 #: search's full steps get there in a sixth of the trust region's steps (docs/science.md,
 #: "The defaults and why").
-DEMO_CONFIG = {
-    "fit": {"steps": 400, "learning_rate": 0.1, "checkpoint_every": 0, "polish": "newton"}
-}
+DEMO_CONFIG = {"fit": {"checkpoint_every": 0}}
 
 
 def use_devices(n: int) -> str | None:

@@ -104,6 +104,7 @@ SCHEMA = Section(
                     "learning_rate",
                     "steps",
                     "second_phase_steps",
+                    "hold_gains",
                     "polish",
                     "polish_steps",
                     "polish_memory",
