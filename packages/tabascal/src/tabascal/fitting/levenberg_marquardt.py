@@ -222,33 +222,49 @@ def estimate_blocks(curvature_fn, like, block_axes=None, rows_alike=None, seed: 
     multiplied by their signs. Other rows' coupling enters each block as noise that the
     signs leave unbiased; where the blocks are nearly singular it is the floor on their
     eigenvalues (``_inverse_blocks``) that keeps the estimate a good preconditioner
-    (docs/science.md, "Gauss-Newton steps and their solves"). A leaf costs b products.
+    (docs/science.md, "Gauss-Newton steps and their solves"). A leaf costs b products, taken
+    in one loop over every leaf.
     """
     paths, treedef = jax.tree_util.tree_flatten_with_path(like)
     leaves = [x for _, x in paths]
     shapes = _block_shapes(like, block_axes)
-    blocks = []
+    signs, offsets, total = [], [], 0
     for i, ((path, x), (rows, b)) in enumerate(zip(paths, shapes, strict=True)):
-        if not rows * b:  # no entries (the gains' modes of unitary gains): nothing to probe
-            blocks.append(jnp.zeros((rows, b, b), x.dtype))
-            continue
         alike = bool(rows_alike and rows_alike(jax.tree_util.keystr(path)))
         key = jax.random.fold_in(jax.random.key(seed), i)
-        signs = (
+        signs.append(
             jnp.ones((rows,), x.dtype)
             if alike
             else jax.random.rademacher(key, (rows,), jnp.int8).astype(x.dtype)
         )
+        offsets.append(total)
+        total += b if rows else 0  # no entries (the gains' modes of unitary gains): no probes
 
-        def column(j, acc, i=i, x=x, rows=rows, b=b, signs=signs):
-            entry = (jnp.arange(b) == j).astype(x.dtype)
-            probe = (signs[:, None] * entry[None, :]).reshape(jnp.shape(x))
-            vector = [probe if k == i else jnp.zeros_like(y) for k, y in enumerate(leaves)]
-            out = jax.tree.leaves(curvature_fn(jax.tree.unflatten(treedef, vector)))[i]
-            return acc.at[:, :, j].set(signs[:, None] * out.reshape(rows, b))
+    # One loop over every leaf's columns in turn, so that the step's program holds one
+    # product, not one per leaf: product k probes column k - offset of the leaf it falls in.
+    def column(k, blocks):
+        probes, picks = [], []
+        for x, (rows, b), sign, offset in zip(leaves, shapes, signs, offsets, strict=True):
+            active = (k >= offset) & (k < offset + b) & (rows > 0)
+            j = jnp.clip(k - offset, 0, max(b - 1, 0))
+            entry = ((jnp.arange(b) == j) & active).astype(x.dtype)
+            probes.append((sign[:, None] * entry[None, :]).reshape(jnp.shape(x)))
+            picks.append((active, j))
+        out = jax.tree.leaves(curvature_fn(jax.tree.unflatten(treedef, probes)))
+        updated = []
+        for block, y, (rows, b), sign, (active, j) in zip(
+            blocks, out, shapes, signs, picks, strict=True
+        ):
+            if not rows * b:
+                updated.append(block)
+                continue
+            kept = jax.lax.dynamic_index_in_dim(block, j, axis=2, keepdims=False)
+            new = jnp.where(active, sign[:, None] * y.reshape(rows, b), kept)
+            updated.append(jax.lax.dynamic_update_index_in_dim(block, new, j, axis=2))
+        return tuple(updated)
 
-        blocks.append(jax.lax.fori_loop(0, b, column, jnp.zeros((rows, b, b), x.dtype)))
-    return tuple(blocks)
+    start = [jnp.zeros((rows, b, b), x.dtype) for x, (rows, b) in zip(leaves, shapes, strict=True)]
+    return jax.lax.fori_loop(0, total, column, tuple(start))
 
 
 def _block_diagonal(like, blocks, block_axes):
