@@ -39,7 +39,9 @@ SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 def _arguments(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default="leo-shell", help="a name in benchmarks/scenarios")
-    parser.add_argument("--steps", type=int, default=800, help="first-phase steps (fit.steps)")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="first-phase steps (fit.steps; default the run's)"
+    )
     parser.add_argument("--config", type=Path, default=None, help="run configuration YAML")
     parser.add_argument("--every", type=int, default=100, help="gradient steps between rows")
     parser.add_argument("--polish-limit", type=int, default=None, help="polish steps at most")
@@ -52,7 +54,7 @@ def _arguments(argv=None):
     return parser.parse_args(argv)
 
 
-def _placed(scenario: str, steps: int, config_path: Path | None):
+def _placed(scenario: str, steps: int | None, config_path: Path | None):
     """The scenario simulated and its model placed as ``tabascal run`` places it on one
     device; the fit configuration, the run plan and the noise-scaled source (its truth read by
     the scores)."""
@@ -71,7 +73,8 @@ def _placed(scenario: str, steps: int, config_path: Path | None):
         simulate(simulation_config("demo", load_yaml(SCENARIOS / f"{scenario}.yaml")), store)
         obs = read_observation(store)
     overrides = load_yaml(config_path) if config_path else {}
-    config = rc.load(merge(overrides, {"fit": {"steps": steps, "checkpoint_every": 0}}))
+    fit = {"checkpoint_every": 0} if steps is None else {"steps": steps, "checkpoint_every": 0}
+    config = rc.load(merge(overrides, {"fit": fit}))
     plan = fitting.plan_run(config, shard_axis="none", reuse_plan=False)
     route = routes.route("none", False)
     source = blockwise.MemoryRows(obs)

@@ -8,9 +8,9 @@ RFI-free twin.
 Each scenario is a simulation config over the demo preset. It is simulated twice with the same
 seed: as written, and as its RFI-free twin (no satellites; the noise, flags, sky and gains come
 from their own random streams, so they are the same draws). Both are fitted as ``tabascal run``
-does with the default configuration (``--steps`` first-phase steps, which the second phase and
-the L-BFGS polish follow unless ``--config`` sets them; the twin's model has no RFI term), and
-each fit is scored against the truth:
+does with the default configuration (``--steps``, where given, sets the first phase's steps,
+which the second phase and the polish follow where they follow it; the twin's model has no
+RFI term), and each fit is scored against the truth:
 
 - ``chi2``: reduced chi-squared at the end (near 1; clearly below 1 means noise was fitted);
 - ``rfi_over_noise``: rms of the fitted minus the true RFI as it appears in the data,
@@ -47,7 +47,9 @@ def _arguments(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenarios", nargs="+", default=None,
                         help="names in benchmarks/scenarios (default: all)")  # fmt: skip
-    parser.add_argument("--steps", type=int, default=800, help="first-phase steps (fit.steps)")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="first-phase steps (fit.steps; default the run's)"
+    )
     parser.add_argument(
         "--config", type=Path, default=None, help="run configuration YAML for every fit"
     )
@@ -72,9 +74,10 @@ def _rms(x) -> float:
     return float(np.sqrt(np.mean(np.abs(x) ** 2)))
 
 
-def fit_scenario(store: Path, out: Path, steps: int, run_overrides: dict) -> dict:
+def fit_scenario(store: Path, out: Path, steps: int | None, run_overrides: dict) -> dict:
     """Fit the store ``store`` into the folder ``out`` as ``tabascal run`` does, with
-    ``steps`` first-phase steps and ``run_overrides`` over the run configuration's defaults;
+    ``steps`` first-phase steps (None: the run configuration's) and ``run_overrides`` over
+    the run configuration's defaults;
     the fit's scores against the store's truth (its RFI and apparent sky over the noise, its
     gains over their spread) and its figures."""
     from tabascal import fitting
@@ -83,7 +86,8 @@ def fit_scenario(store: Path, out: Path, steps: int, run_overrides: dict) -> dic
     from tabascal.store import read_observation
 
     obs = read_observation(store)
-    fixed = {"fit": {"steps": steps, "checkpoint_every": 0}, "output": {"plots": False}}
+    fit = {"checkpoint_every": 0} if steps is None else {"steps": steps, "checkpoint_every": 0}
+    fixed = {"fit": fit, "output": {"plots": False}}
     config = run_config.load(merge(run_overrides, fixed))
     start = time.perf_counter()
     axis = None  # the config's sharding, as `tabascal run` takes it (fitting.run resolves it)

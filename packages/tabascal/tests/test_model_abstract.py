@@ -119,12 +119,20 @@ def test_stages_compiled_from_abstract_shapes_use_the_memory_of_real_arrays(obs,
     assert step.memory.temporaries > 0 and step.memory.aliased > 0
     # Beside the model, the gradient phases' step holds AdaBelief's two moments of every
     # parameter and three int32 step counts (the phases', AdaBelief's, the schedule's); the
-    # polish's step the phases' count and its trust region's four scalars (float32, bool,
-    # int32, float32) instead. Measured: 2460 and 17 bytes, with 1224 of parameters.
+    # polish's (Levenberg-Marquardt's) step the phases' count, the curvature's diagonal (one
+    # float32 per parameter), the inverses of its blocks (rows x b x b float32 per leaf, b the
+    # size of the leaf's last MODE_AXES axes) and eight scalars of 4 bytes. Measured: 2460
+    # and 24708 bytes, with 1224 of parameters.
     params = sum(x.dtype.itemsize * x.size for x in jax.tree.leaves(model.params))
+    blocks = 0
+    for path, x in jax.tree_util.tree_flatten_with_path(model.params)[0]:
+        name = jax.tree_util.keystr(path)
+        axes = next(n for prefix, n in optimiser.MODE_AXES.items() if name.startswith(prefix))
+        b = int(np.prod(x.shape[len(x.shape) - axes :]))
+        blocks += 4 * (x.size // b) * b * b if x.size else 0
     polish = from_shapes[names.index("polish")]
     beside = {r.name: r.resident[0] - counted for r in (step, polish)}
-    assert beside == {"step": 2 * params + 3 * 4, "polish": 4 + 4 + 1 + 4 + 4}
+    assert beside == {"step": 2 * params + 3 * 4, "polish": 4 + params + blocks + 8 * 4}
 
 
 def test_expected_snr_bounds_the_simulated_data_from_above(obs):
