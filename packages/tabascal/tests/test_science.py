@@ -46,9 +46,10 @@ def test_demo_fit_with_the_defaults_leaves_an_eighth_of_the_noise_and_learns_the
     # measured 0.9913, the goal's range (0.930 while the sky's fixed 200 kHz bandwidth and
     # one-cycle time floor let it take up noise)
     assert 0.97 < summary["chi2_final"] < 1.03
-    # measured 0.143 (0.142 under the trust-region polish, 0.378 before the sky's bounds),
-    # against 59.0 for the raw data
-    assert truth["sky"]["rmse_over_noise"] < 0.2 < truth["raw_data"]["rmse_over_noise"] / 100
+    # The sky itself, before the gains: measured 0.236 (0.142 under the trust-region polish,
+    # 0.378 before the sky's bounds), against 59.0 for the raw data. The gains' error moves
+    # into it; the apparent sky, g_p V_sky conj(g_q), is 0.143 (benchmarks/science.py).
+    assert truth["sky"]["rmse_over_noise"] < 0.3 < truth["raw_data"]["rmse_over_noise"] / 100
 
 
 def test_held_gains_are_learned_to_a_tenth_of_their_spread_on_the_demo(demo_store, tmp_path):
