@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import NamedSharding
 
 from tabascal.config import option_field
 from tabascal.fitting.checkpoint import FitHistory, save_checkpoint
@@ -381,7 +382,7 @@ def make_step(
 
     jitted = jax.jit(step, donate_argnums=0)
     if isinstance(optimizer, Phased):
-        return PhasedStep(jitted, optimizer)
+        return PhasedStep(jitted, optimizer, step)
     return jitted
 
 
@@ -391,10 +392,25 @@ class PhasedStep:
     polish's. ``compile`` compiles both ahead of the first step; otherwise each compiles when
     first called, as ``jax.jit`` does."""
 
-    def __init__(self, jitted, optimizer: Phased):
+    def __init__(self, jitted, optimizer: Phased, step: Callable):
         self.jitted = jitted
         self.optimizer = optimizer
+        self.step = step
         self.programs: dict[str, Any] = {}
+
+    def _keeping(self, polishing: FitState):
+        """The polish's program with its state's outputs placed as ``polishing``'s inputs
+        are, on a mesh: else XLA may split an array of the solver's own (the curvature's
+        blocks) otherwise than the next step's program was compiled for."""
+        shardings = jax.tree.map(lambda x: x.sharding, polishing)
+        if not any(isinstance(s, NamedSharding) for s in jax.tree.leaves(shardings)):
+            return self.jitted
+
+        def step(state, inputs):
+            new, loss, aux = self.step(state, inputs)
+            return jax.lax.with_sharding_constraint(new, shardings), loss, aux
+
+        return jax.jit(step, donate_argnums=0)
 
     def __call__(self, state: FitState, inputs):
         state = enter_polish(state, self.optimizer)
@@ -411,7 +427,7 @@ class PhasedStep:
         ``inputs``: both phases' from a gradient phase's state, the polish's alone from the
         polish's; return them by phase ("gradient", "polish")."""
         polishing = state if in_polish(state) else polish_form(state, self.optimizer)
-        self.programs = {"polish": self.jitted.lower(polishing, inputs).compile()}
+        self.programs = {"polish": self._keeping(polishing).lower(polishing, inputs).compile()}
         if not in_polish(state):
             self.programs["gradient"] = self.jitted.lower(state, inputs).compile()
         return self.programs

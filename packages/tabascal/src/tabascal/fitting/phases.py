@@ -122,6 +122,11 @@ def enter_polish(state: FitState, optimizer) -> FitState:
     if int(opt.count) < optimizer.switch:
         return state
     polish = optimizer.polish_init(state.params)
+    # Placed as the polish's program is compiled for (``polish_form``): an eager init on
+    # sharded parameters can leave an array of its own sharded where the form replicates it
+    # (the Levenberg-Marquardt blocks, whose rows XLA may split over the devices).
+    form = polish_form(state, optimizer).opt_state.polish
+    polish = jax.tree.map(lambda x, f: jax.device_put(x, f.sharding), polish, form)
     for leaf in jax.tree.leaves(opt.first):
         if isinstance(leaf, jax.Array) and not leaf.is_deleted():
             leaf.delete()
@@ -176,7 +181,23 @@ def state_shardings(params, state_shape, mesh, device):
         lambda s: by_shape.get((s.shape, np.dtype(s.dtype)), other), state_shape
     )
     stacked = lambda _, leaf: stacked_sharding(leaf.sharding)  # noqa: E731
-    return map_history(shardings, params, stacked)
+    return _place_blocks(map_history(shardings, params, stacked), params, mesh)
+
+
+def _place_blocks(shardings, params, mesh):
+    """``shardings`` with the Levenberg-Marquardt state's blocks (``blocks``: one (rows, b, b)
+    array per parameter leaf, its rows the leaf's leading axes flattened) divided over the
+    devices as their leaf's first axis is: the sky's by baseline on the baseline axis, the
+    rest whole on every device."""
+    if mesh is None or not hasattr(shardings, "blocks"):
+        return shardings
+
+    def place(leaf):
+        spec = getattr(leaf.sharding, "spec", ())
+        return NamedSharding(mesh, P(spec[0] if len(spec) else None))
+
+    blocks = tuple(place(leaf) for leaf in jax.tree.leaves(params))
+    return shardings._replace(blocks=blocks)
 
 
 def map_history(state, params, fn):
