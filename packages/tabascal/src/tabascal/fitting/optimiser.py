@@ -402,9 +402,10 @@ class PhasedStep:
         """The polish's program with its state's outputs placed as ``polishing``'s inputs
         are, on a mesh: else XLA may split an array of the solver's own (the curvature's
         blocks) otherwise than the next step's program was compiled for."""
+        leaves = jax.tree.leaves(polishing)
+        if not all(isinstance(getattr(x, "sharding", None), NamedSharding) for x in leaves):
+            return self.jitted  # one device, or a state read back on the host (a checkpoint)
         shardings = jax.tree.map(lambda x: x.sharding, polishing)
-        if not any(isinstance(s, NamedSharding) for s in jax.tree.leaves(shardings)):
-            return self.jitted
 
         def step(state, inputs):
             new, loss, aux = self.step(state, inputs)
