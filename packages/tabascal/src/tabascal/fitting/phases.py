@@ -171,8 +171,9 @@ def state_shardings(params, state_shape, mesh, device):
     """Shardings of an optimiser state, as ``optimizer.init`` run eagerly on placed parameters
     gives: each leaf shaped like a parameter takes that parameter's sharding (its
     ``zeros_like`` keeps the sharding); the L-BFGS histories, stacks of past steps, take their
-    parameter's stacked (``map_history``); the rest (step counts, the histories' weights) are
-    replicated over ``mesh``, or on ``device`` without one."""
+    parameter's stacked (``map_history``); the Levenberg-Marquardt blocks are divided as
+    their leaf's first axis is (``_place_blocks``); the rest (step counts, the histories'
+    weights) are replicated over ``mesh``, or on ``device`` without one."""
     by_shape = {}
     for leaf in jax.tree.leaves(params):
         by_shape.setdefault((leaf.shape, np.dtype(leaf.dtype)), leaf.sharding)
