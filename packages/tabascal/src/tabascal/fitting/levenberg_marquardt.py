@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from tabascal.fitting import jacobi
 from tabascal.fitting.solvers import _axpy, _vdot
 
 #: The blocks' products in full precision: on a TPU (bfloat16 passes) or a GPU (TF32) the
@@ -286,7 +287,7 @@ def _inverse_blocks(blocks, floor):
         if not block.size:  # a leaf with no entries (the gains' modes of unitary gains)
             inverses.append(block)
             continue
-        lam, vectors = jnp.linalg.eigh(0.5 * (block + jnp.swapaxes(block, 1, 2)))
+        lam, vectors = jacobi.eigh(0.5 * (block + jnp.swapaxes(block, 1, 2)))
         least = jnp.finfo(block.dtype).eps * jnp.max(jnp.abs(lam), axis=-1, keepdims=True)
         if floor is not None:
             least = jnp.maximum(least, jnp.asarray(floor, block.dtype))
