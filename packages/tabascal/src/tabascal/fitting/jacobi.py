@@ -114,5 +114,7 @@ def eigh(a):
 
 
 def _lapack_eigh(a):
+    """``jnp.linalg.eigh`` as a plain tuple: ``platform_dependent``'s branches must give
+    outputs of one structure."""
     values, vectors = jnp.linalg.eigh(a)
     return values, vectors
