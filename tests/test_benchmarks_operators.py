@@ -17,6 +17,7 @@ def test_step_pieces_reports_each_piece_and_the_polish_without_the_gradient_stat
     _run_benchmark(
         "step_pieces.py", "--preset", "demo",
         "--channels", "2", "--groups", "2", "--polish", "trust-region", "--json", str(out),
+        compile_only=True,
     )  # fmt: skip
     (record,) = json.loads(out.read_text())
     pieces = record["pieces"]
@@ -30,7 +31,7 @@ def test_step_pieces_reports_each_piece_and_the_polish_without_the_gradient_stat
     # takes AdaBelief's two moments of every parameter; beyond what a Hessian-vector product
     # reads (the same and the vector) the polish's step takes its scalars and the RFI groups'
     # index tables, which jax does not prune from inside its loop, not a copy of the
-    # parameters. Measured on the demo at 2 channels: 9056 and 1164 bytes, 4520 of
+    # parameters. Measured on the demo at 2 channels: 5728 and 1164 bytes, 2856 of
     # parameters.
     params = record["parameter_bytes"]
     gradient = pieces["gradient_step"]["arguments"] - pieces["value_and_grad"]["arguments"]
