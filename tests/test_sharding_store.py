@@ -3,6 +3,8 @@ equals the one placed from a whole model (``baseline_axis.shard_model(joint.buil
 array and in loss and gradient, on 1 to 4 virtual CPU devices, with and without the
 antenna-reuse plan; and each device's rows were the only ones read for it."""
 
+from functools import partial
+
 import jax
 import numpy as np
 import pytest
@@ -45,11 +47,11 @@ class CountingRows(blockwise.StoreRows):
         return super().read(rows)
 
 
+@partial(jax.jit, static_argnames="spec")
 def _loss_and_grad(params, constants, data, spec):
-    def value(p):
-        return baseline_axis.loss(p, (constants, data), spec)[0]
-
-    return jax.jit(jax.value_and_grad(value))(params)
+    """The loss and its gradient, compiled once a spec: the block build and the placed whole
+    model have equal specs (the test asserts it), so the second runs the first's program."""
+    return jax.value_and_grad(lambda p: baseline_axis.loss(p, (constants, data), spec)[0])(params)
 
 
 def _host(x):
