@@ -11,7 +11,9 @@ blocks (``predict_block``, ``rows_block``) and the sky's data start (``sky_mean_
 """
 
 import dataclasses
+import functools
 from functools import partial
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -38,9 +40,24 @@ def _float64(double_precision):
     """Every test here runs in float64."""
 
 
+class Reference(NamedTuple):
+    """One device's model and what the blocked programs must equal, computed once for the
+    module: the loss, its gradient and the Hessian-vector product along ``_tangent``; the sky,
+    RFI and model cubes; the Gauss-Newton product along ``_tangent``; the sky's data start."""
+
+    model: joint.Model
+    loss: float
+    grad: object
+    hvp: object
+    predicted: object
+    gauss_newton: object
+    sky_start: np.ndarray
+
+
 @pytest.fixture(scope="module")
 def reference(small_store, double_precision):
-    """(model, loss, gradient, Hessian-vector product along ``_tangent``) of one device."""
+    from tabascal.model import sky
+
     obs = read_observation(small_store)
     model = joint.build(obs, run_config.model_config(run_config.load(CONFIG)), init="prior")
     inputs = (model.constants, model.data)
@@ -51,7 +68,30 @@ def reference(small_store, double_precision):
     tangent = _tangent(model.params)
     loss, grad = jax.jit(jax.value_and_grad(value))(model.params)
     hvp = jax.jit(lambda p, v: jax.jvp(jax.grad(value), (p,), (v,))[1])(model.params, tangent)
-    return model, float(loss), *(jax.tree.map(np.asarray, t) for t in (grad, hvp))
+    predicted = jax.jit(partial(joint.predict, spec=model.spec))(model.params, model.constants)
+    product = jax.jit(partial(joint.gauss_newton, spec=model.spec))(model.params, tangent, inputs)
+    rfi = joint.predict_rfi(model.params.rfi, model.constants, model.spec)
+    sky_start = np.asarray(sky.mean_from_data(model.data.vis - rfi, model.data.flags))
+    host = (jax.tree.map(np.asarray, t) for t in (grad, hvp, predicted, product))
+    return Reference(model, float(loss), *host, sky_start)
+
+
+@pytest.fixture(scope="module")
+def placed(reference):
+    """``place(n_dev, row_blocks)``: the model placed by the baseline route with
+    ``row_blocks``, its phase moments kept, and ``_tangent`` placed as its parameters are;
+    placed once a case for all the module's tests."""
+    route = routes.route("baseline")
+    along = dataclasses.replace(reference.model, params=_tangent(reference.model.params))
+
+    @functools.cache
+    def place(n_dev, row_blocks):
+        sharded = route.place(reference.model, route.make_mesh(n_dev), row_blocks=row_blocks)
+        mesh = sharded.spec.mesh
+        tangent = baseline_axis.shard_model(along, mesh, row_blocks=row_blocks).params
+        return sharded, tangent
+
+    return place
 
 
 def _tangent(params):
@@ -73,23 +113,14 @@ def _worst(got, want) -> float:
     return max(_relative(g, w) for g, w in pairs)
 
 
-def _placed(model, n_dev, row_blocks):
-    """The model placed by the baseline route with ``row_blocks``, its phase moments kept."""
-    route = routes.route("baseline")
-    return route.place(model, route.make_mesh(n_dev), row_blocks=row_blocks)
-
-
 @pytest.mark.parametrize(
     ("n_dev", "row_blocks"), CASES, ids=[f"{n}dev-{k}blocks" for n, k in CASES]
 )
-def test_blocked_loss_gradient_and_hvp_equal_one_device(reference, n_dev, row_blocks):
-    model, ref_loss, ref_grad, ref_hvp = reference
-    sharded = _placed(model, n_dev, row_blocks)
+def test_blocked_loss_gradient_and_hvp_equal_one_device(reference, placed, n_dev, row_blocks):
+    model, ref_loss, ref_grad, ref_hvp = reference[:4]
+    sharded, tangent = placed(n_dev, row_blocks)
     spec = sharded.spec
     inputs = (sharded.constants, sharded.data)
-    # Placed as the parameters are: the model with the tangent for its parameters.
-    along = dataclasses.replace(model, params=_tangent(model.params))
-    tangent = baseline_axis.shard_model(along, spec.mesh, row_blocks=row_blocks).params
 
     def value(p):
         return baseline_axis.loss(p, inputs, spec)[0]
@@ -127,16 +158,17 @@ def test_blocked_loss_gradient_and_hvp_equal_one_device(reference, n_dev, row_bl
 @pytest.mark.parametrize(
     ("n_dev", "row_blocks"), CASES, ids=[f"{n}dev-{k}blocks" for n, k in CASES]
 )
-def test_each_block_of_rows_predicts_its_data_rows_as_one_device_does(reference, n_dev, row_blocks):
+def test_each_block_of_rows_predicts_its_data_rows_as_one_device_does(
+    reference, placed, n_dev, row_blocks
+):
     """The export's blocks (``predict_block``, ``rows_block``, ``results.blocks(spec, j)``):
     block j of every device, taken in turn, covers every data row once, with one device's
     sky, RFI and model there and the data's own rows."""
     from tabascal.fitting import results
 
-    model, *_ = reference
-    sharded = _placed(model, n_dev, row_blocks)
+    model, want = reference.model, reference.predicted
+    sharded, _ = placed(n_dev, row_blocks)
     spec = sharded.spec
-    want = jax.jit(partial(joint.predict, spec=model.spec))(model.params, model.constants)
     predict = jax.jit(partial(baseline_axis.predict_block, spec=spec))
     take = jax.jit(partial(baseline_axis.rows_block, spec=spec))
     seen = np.zeros(model.spec.n_bl, int)
@@ -164,23 +196,17 @@ def test_each_block_of_rows_predicts_its_data_rows_as_one_device_does(reference,
 @pytest.mark.parametrize(
     ("n_dev", "row_blocks"), CASES, ids=[f"{n}dev-{k}blocks" for n, k in CASES]
 )
-def test_blocked_gauss_newton_product_equals_one_device(reference, n_dev, row_blocks):
+def test_blocked_gauss_newton_product_equals_one_device(reference, placed, n_dev, row_blocks):
     """The Gauss-Newton polish's product (``fit.polish_curvature: gauss-newton``) with the
     likelihood's part summed block by block (``blocked_gauss_newton``), against
     ``joint.gauss_newton`` on one device, along the same tangent."""
-    model, *_ = reference
-    inputs = (model.constants, model.data)
-    tangent = _tangent(model.params)
-    want = jax.jit(partial(joint.gauss_newton, spec=model.spec))(model.params, tangent, inputs)
-    sharded = _placed(model, n_dev, row_blocks)
+    sharded, placed_tangent = placed(n_dev, row_blocks)
     spec = sharded.spec
-    along = dataclasses.replace(model, params=tangent)
-    placed_tangent = baseline_axis.shard_model(along, spec.mesh, row_blocks=row_blocks).params
     fit = run_config.fit_config(run_config.load({"fit": {"polish_curvature": "gauss-newton"}}))
     product = routes.route("baseline").curvature_fn(fit, spec)
     assert product.func is baseline_axis.blocked_gauss_newton
     got = jax.jit(product)(sharded.params, placed_tangent, (sharded.constants, sharded.data))
-    apart = _worst(baseline_axis.unpad_params(got, spec), jax.tree.map(np.asarray, want))
+    apart = _worst(baseline_axis.unpad_params(got, spec), reference.gauss_newton)
     print(f"{n_dev} devices x {row_blocks} blocks: Gauss-Newton product {apart:.2g} apart")
     assert apart <= 5e-14  # measured 3.6e-16 (1 x 3), 4.5e-16 (2 x 2 and 3 x 2)
 
@@ -188,21 +214,16 @@ def test_blocked_gauss_newton_product_equals_one_device(reference, n_dev, row_bl
 @pytest.mark.parametrize(
     ("n_dev", "row_blocks"), CASES, ids=[f"{n}dev-{k}blocks" for n, k in CASES]
 )
-def test_the_sky_data_start_block_by_block_equals_one_device(reference, n_dev, row_blocks):
+def test_the_sky_data_start_block_by_block_equals_one_device(reference, placed, n_dev, row_blocks):
     """The sky's data start (each baseline's mean of the data less the initial RFI), formed
     block by block (``sky_mean_from_data``), as on one device."""
-    from tabascal.model import sky
-
-    model, *_ = reference
-    rfi = joint.predict_rfi(model.params.rfi, model.constants, model.spec)
-    want = np.asarray(sky.mean_from_data(model.data.vis - rfi, model.data.flags))
-    sharded = _placed(model, n_dev, row_blocks)
+    sharded, _ = placed(n_dev, row_blocks)
     spec, data = sharded.spec, sharded.data
     got = jax.jit(partial(baseline_axis.sky_mean_from_data, spec=spec))(
         sharded.params.rfi, None, sharded.constants, data.vis, data.flags
     )
     assert got.shape == (spec.n_rows,)
-    apart = _relative(baseline_axis.data_order(got, spec), want)
+    apart = _relative(baseline_axis.data_order(got, spec), reference.sky_start)
     print(f"{n_dev} devices x {row_blocks} blocks: sky start {apart:.2g} apart")
     assert apart <= 3e-14  # measured 2.9e-16 in every case
     jaxpr = str(jax.make_jaxpr(partial(baseline_axis.sky_mean_from_data, spec=spec))(
