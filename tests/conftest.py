@@ -105,11 +105,12 @@ def single_device_reference(store, config: dict):
     return model, float(value), jax.tree.map(np.asarray, grad)
 
 
-def compiled_step(model, axis: str, n_dev: int = N_DEVICES):
-    """(compiled optimisation step of the gradient phases, initial state, inputs, the polish's
-    compiled step) of ``model`` (a ``joint.Model``) on the axis "none" (one device),
-    "baseline" or "reuse" (the baseline axis with the antenna-reuse plan) over ``n_dev``
-    devices, with the default fit (a Levenberg-Marquardt polish)."""
+def fit_step(model, axis: str, n_dev: int = N_DEVICES):
+    """(optimisation step, initial state, inputs) of ``model`` (a ``joint.Model``) on the axis
+    "none" (one device), "baseline" or "reuse" (the baseline axis with the antenna-reuse plan)
+    over ``n_dev`` devices, with the default fit (a Levenberg-Marquardt polish after 200
+    gradient steps). Each phase's program compiles when the step first runs in it, so a test
+    that takes fewer steps than the gradient phases never compiles the polish's."""
     from tabascal import fitting, parallel
     from tabascal.fitting import optimiser
     from tabascal.parallel import baseline_axis
@@ -126,9 +127,17 @@ def compiled_step(model, axis: str, n_dev: int = N_DEVICES):
         spec = sharded.spec
     params = jax.tree.map(lambda x: x.copy(), params)  # the step donates its state
     state = optimiser.init_state(params, optimizer)
-    step = fitting.route_step(route, spec, fit, optimizer)
+    return fitting.route_step(route, spec, fit, optimizer), state, inputs
+
+
+def compiled_step(model, axis: str, n_dev: int = N_DEVICES) -> dict:
+    """The compiled programs of ``fit_step``'s step by phase ("gradient", "polish"), both
+    compiled ahead."""
+    from tabascal.fitting import optimiser
+
+    step, state, inputs = fit_step(model, axis, n_dev)
     _, programs = optimiser.compile_step(step, state, inputs)
-    return programs["gradient"], state, inputs, programs["polish"]
+    return programs
 
 
 def assert_no_cube_crosses_devices(step, n_ant: int):
