@@ -148,6 +148,20 @@ def interleaved_rounds(runs: dict, rounds: int, steps: int) -> None:
             run["per_step"].append((time.perf_counter() - start) / steps)
 
 
+def warm_seconds(fn, *args, repeats: int) -> list[float]:
+    """Seconds of each of ``repeats`` calls of ``fn(*args)``, waited on, after one call that
+    compiles it."""
+    import jax
+
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return times
+
+
 def gb(n_bytes) -> str:
     return f"{n_bytes / 1e9:.3f}"
 

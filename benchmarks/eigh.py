@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import _common
@@ -29,18 +28,6 @@ def _arguments(argv=None):
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", type=Path)
     return parser.parse_args(argv)
-
-
-def _best(fn, a, repeats: int) -> float:
-    import jax
-
-    jax.block_until_ready(fn(a))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(a))
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def measure(rows: int, n: int, dtype: str, repeats: int) -> dict:
@@ -61,8 +48,8 @@ def measure(rows: int, n: int, dtype: str, repeats: int) -> dict:
             "rows": rows,
             "n": n,
             "dtype": dtype,
-            "jacobi_s": _best(ours, a, repeats),
-            "lapack_s": _best(jax.jit(jnp.linalg.eigh), a, repeats),
+            "jacobi_s": min(_common.warm_seconds(ours, a, repeats=repeats)),
+            "lapack_s": min(_common.warm_seconds(jax.jit(jnp.linalg.eigh), a, repeats=repeats)),
             "sweeps": int(sweeps),
             "error": float(error / np.max(np.abs(a))),
         }

@@ -97,7 +97,6 @@ def _component_seconds(model, repeats: int = 3) -> dict:
     output's |x|^2 with respect to its own parameters), compiled first: where a step's time
     goes. The rest of the step (gains applied, likelihood, optimiser) is the difference."""
     import statistics
-    import time
 
     import jax
     import jax.numpy as jnp
@@ -113,13 +112,7 @@ def _component_seconds(model, repeats: int = 3) -> dict:
     out = {}
     for name, (fn, p) in parts.items():
         run = jax.jit(jax.value_and_grad(fn))
-        jax.block_until_ready(run(p))
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            jax.block_until_ready(run(p))
-            times.append(time.perf_counter() - start)
-        out[name] = statistics.median(times)
+        out[name] = statistics.median(_common.warm_seconds(run, p, repeats=repeats))
     return out
 
 
@@ -127,7 +120,6 @@ def _hvp_seconds(model, repeats: int = 3) -> float:
     """Median seconds of one Hessian-vector product of the whole loss (forward over reverse,
     as the Newton polish's conjugate-gradient iterations take it), compiled first."""
     import statistics
-    import time
 
     import jax
 
@@ -136,12 +128,7 @@ def _hvp_seconds(model, repeats: int = 3) -> float:
     inputs = (model.constants, model.data)
     gradient = jax.grad(lambda p: joint.loss(p, inputs, model.spec)[0])
     product = jax.jit(lambda p, v: jax.jvp(gradient, (p,), (v,))[1])
-    jax.block_until_ready(product(model.params, model.params))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(product(model.params, model.params))
-        times.append(time.perf_counter() - start)
+    times = _common.warm_seconds(product, model.params, model.params, repeats=repeats)
     return statistics.median(times)
 
 
