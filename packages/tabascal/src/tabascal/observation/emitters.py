@@ -1,0 +1,273 @@
+"""Emitters other than satellites, and every emitter of an observation as one set.
+
+Each kind has the :class:`~tabascal.observation.geometry.Orbits` protocol: positions in the
+inertial frame and their time derivatives, so the delays, sightlines, beam factors and angular
+speeds of ``geometry`` take them as they take satellites. What differs is only the trajectory:
+
+- :class:`GroundEmitters`: transmitters fixed to the Earth at WGS84 positions (broadcast
+  towers, base stations). In the inertial frame each turns with the Earth, like an antenna:
+  ``x(t) = Rz(GAST(t)) x_itrf``, with the same exact derivatives.
+- :class:`AircraftTracks`: emitters on tracks given as samples of time, latitude, longitude and
+  height (as ADS-B decoders write them). Each track's ITRF position is a cubic spline through
+  its samples (``scipy.interpolate.CubicSpline``, not-a-knot ends: it passes through every
+  sample and reproduces a straight line at constant speed exactly); the inertial position is
+  the spline turned with the Earth, its derivatives by Leibniz's rule on the rotation's and the
+  spline's. Outside its samples' span a track holds its end position and is out of view.
+- :class:`Emitters`: several sets as one, in order (satellites first), with each emitter's
+  kind (``kinds``).
+
+Which emitters are in view (``visible``): a satellite or an aircraft above a minimum elevation
+at the array centre (an aircraft only within its track's span); a ground transmitter always,
+since it sits at the horizon by nature and reaches the stations along the ground.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import comb
+
+import numpy as np
+
+from tabascal.observation import geometry as geo
+
+#: The kinds of emitter, as ``Emitters.kinds`` names them.
+KINDS = ("satellite", "ground", "aircraft")
+
+#: A gap between a track's samples longer than this (s) is reported when the track is read:
+#: ADS-B positions come about every second, and the spline across a long gap is a guess.
+TRACK_GAP_S = 10.0
+
+
+def _names(names, n: int, what: str) -> tuple[str, ...] | None:
+    if names is None:
+        return None
+    names = tuple(str(x) for x in names)
+    if len(names) != n:
+        raise ValueError(f"{what}: {len(names)} names for {n} emitters")
+    return names
+
+
+@dataclass(frozen=True, eq=False)
+class GroundEmitters:
+    """Transmitters at fixed WGS84 positions: lat_rad, lon_rad, height_m, each (n,) float64;
+    gast0_rad: the observation's Greenwich sidereal angle at its start (the inertial frame's
+    orientation); names: optional n strings."""
+
+    lat_rad: np.ndarray
+    lon_rad: np.ndarray
+    height_m: np.ndarray
+    gast0_rad: float
+    names: tuple[str, ...] | None = None
+
+    def __post_init__(self):
+        arrays = [np.atleast_1d(np.asarray(getattr(self, f), np.float64)) for f in _GROUND]
+        n = arrays[0].shape[0]
+        for field, a in zip(_GROUND, arrays, strict=True):
+            if a.shape != (n,) or not np.all(np.isfinite(a)):
+                raise ValueError(f"GroundEmitters: {field} must be ({n},) finite values")
+            object.__setattr__(self, field, a)
+        if np.any(np.abs(self.lat_rad) > np.pi / 2):
+            raise ValueError("GroundEmitters: every latitude must be within [-90, 90] deg")
+        object.__setattr__(self, "names", _names(self.names, n, "GroundEmitters"))
+
+    @property
+    def n_sat(self) -> int:
+        return self.lat_rad.shape[0]
+
+    @property
+    def itrf(self) -> np.ndarray:
+        """(n, 3) ITRF positions, m."""
+        return geo.geodetic_to_itrf(self.lat_rad, self.lon_rad, self.height_m).reshape(-1, 3)
+
+    def label(self, s: int) -> str:
+        return self.names[s] if self.names is not None else f"ground transmitter {s}"
+
+    def inertial(self, times_s, n_deriv: int = 0) -> np.ndarray:
+        """(n_deriv + 1, n, n_time, 3) float64, m/s^k: turning with the Earth."""
+        return geo.antenna_inertial(self.itrf, times_s, self.gast0_rad, n_deriv)
+
+    def present(self, times_s) -> np.ndarray:
+        """(n, n_time) bool: always."""
+        return np.ones((self.n_sat, np.asarray(times_s).shape[0]), bool)
+
+
+_GROUND = ("lat_rad", "lon_rad", "height_m")
+
+
+@dataclass(frozen=True, eq=False)
+class Track:
+    """One emitter's track: times_s (m,) s from the observation start, strictly increasing;
+    itrf (m, 3) ITRF positions at those times, m. At least two samples."""
+
+    times_s: np.ndarray
+    itrf: np.ndarray
+
+    def __post_init__(self):
+        t = np.asarray(self.times_s, np.float64).reshape(-1)
+        x = np.asarray(self.itrf, np.float64)
+        if x.shape != (t.size, 3):
+            raise ValueError(f"Track: itrf has shape {x.shape}, expected ({t.size}, 3)")
+        if t.size < 2:
+            raise ValueError("Track: a track needs at least two samples")
+        if not (np.all(np.isfinite(t)) and np.all(np.isfinite(x))):
+            raise ValueError("Track: times and positions must be finite")
+        if np.any(np.diff(t) <= 0):
+            at = int(np.flatnonzero(np.diff(t) <= 0)[0])
+            raise ValueError(
+                f"Track: sample times must increase (sample {at + 1} at {t[at + 1]} s is not "
+                f"after sample {at} at {t[at]} s)"
+            )
+        object.__setattr__(self, "times_s", t)
+        object.__setattr__(self, "itrf", x)
+
+    @classmethod
+    def from_geodetic(cls, times_s, lat_rad, lon_rad, height_m) -> Track:
+        return cls(times_s, geo.geodetic_to_itrf(lat_rad, lon_rad, height_m).reshape(-1, 3))
+
+    def gaps(self, longer_than_s: float = TRACK_GAP_S) -> list[tuple[float, float]]:
+        """The (start, end) times (s) of the gaps between samples longer than ``longer_than_s``."""
+        step = np.diff(self.times_s)
+        return [
+            (float(self.times_s[i]), float(self.times_s[i + 1]))
+            for i in np.flatnonzero(step > longer_than_s)
+        ]
+
+    def itrf_at(self, times_s, n_deriv: int = 0) -> np.ndarray:
+        """(n_deriv + 1, n_time, 3): the spline's position and derivatives at ``times_s``,
+        held at the ends outside the samples' span (derivatives zero there)."""
+        from scipy.interpolate import CubicSpline
+
+        spline = CubicSpline(self.times_s, self.itrf, axis=0, bc_type="not-a-knot")
+        t = np.asarray(times_s, np.float64)
+        inside = (t >= self.times_s[0]) & (t <= self.times_s[-1])
+        held = np.clip(t, self.times_s[0], self.times_s[-1])
+        out = [spline(held)]
+        for k in range(1, n_deriv + 1):
+            out.append(np.where(inside[:, None], spline(held, k), 0.0))
+        return np.stack(out)
+
+
+@dataclass(frozen=True, eq=False)
+class AircraftTracks:
+    """Emitters on tracks (``Track``, one each); gast0_rad as for ``GroundEmitters``."""
+
+    tracks: tuple[Track, ...]
+    gast0_rad: float
+    names: tuple[str, ...] | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "tracks", tuple(self.tracks))
+        object.__setattr__(self, "names", _names(self.names, len(self.tracks), "AircraftTracks"))
+
+    @property
+    def n_sat(self) -> int:
+        return len(self.tracks)
+
+    def label(self, s: int) -> str:
+        return self.names[s] if self.names is not None else f"aircraft {s}"
+
+    def inertial(self, times_s, n_deriv: int = 0) -> np.ndarray:
+        """(n_deriv + 1, n, n_time, 3) float64, m/s^k: x = Rz(theta) p, so by Leibniz
+        x^(k) = sum_j C(k, j) Rz^(k-j) p^(j), where Rz^(m) = OMEGA^m Rz(theta + m pi / 2) on
+        the equatorial plane (nothing on z for m >= 1)."""
+        t = np.asarray(times_s, np.float64)
+        theta = geo.gast(t, self.gast0_rad)
+        flat = np.array([1.0, 1.0, 0.0])
+        out = np.zeros((n_deriv + 1, self.n_sat, t.size, 3))
+        for s, track in enumerate(self.tracks):
+            p = track.itrf_at(t, n_deriv)
+            for k in range(n_deriv + 1):
+                for j in range(k + 1):
+                    m = k - j
+                    if m == 0:
+                        turned = geo.rotate_z(p[j], theta)
+                    else:
+                        turned = geo.OMEGA_EARTH**m * geo.rotate_z(
+                            p[j] * flat, theta + m * np.pi / 2
+                        )
+                    out[k, s] += comb(k, j) * turned
+        return out
+
+    def present(self, times_s) -> np.ndarray:
+        """(n, n_time) bool: within each track's samples' span."""
+        t = np.asarray(times_s, np.float64)
+        return np.stack([(t >= tr.times_s[0]) & (t <= tr.times_s[-1]) for tr in self.tracks])
+
+
+@dataclass(frozen=True, eq=False)
+class Emitters:
+    """Several sets of emitters as one, in the order given (``parts``, each with the
+    ``Orbits`` protocol); ``kinds``: each part's kind, one of ``KINDS``."""
+
+    parts: tuple
+    kinds_of_parts: tuple[str, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "parts", tuple(self.parts))
+        object.__setattr__(self, "kinds_of_parts", tuple(self.kinds_of_parts))
+        if len(self.parts) != len(self.kinds_of_parts):
+            raise ValueError("Emitters: one kind per part")
+        unknown = set(self.kinds_of_parts) - set(KINDS)
+        if unknown:
+            raise ValueError(f"Emitters: kinds {sorted(unknown)} are not among {KINDS}")
+
+    @property
+    def n_sat(self) -> int:
+        return sum(p.n_sat for p in self.parts)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Each emitter's kind, (n_sat,)."""
+        return tuple(
+            k for p, k in zip(self.parts, self.kinds_of_parts, strict=True) for _ in range(p.n_sat)
+        )
+
+    @property
+    def names(self) -> tuple[str, ...] | None:
+        if all(p.names is None for p in self.parts):
+            return None
+        return tuple(self.label(s) for s in range(self.n_sat))
+
+    def _locate(self, s: int) -> tuple[object, int]:
+        for part in self.parts:
+            if s < part.n_sat:
+                return part, s
+            s -= part.n_sat
+        raise IndexError(f"emitter {s} is not among the {self.n_sat}")
+
+    def part_of(self, kind: str):
+        """The part of kind ``kind`` (None where there is none)."""
+        found = [p for p, k in zip(self.parts, self.kinds_of_parts, strict=True) if k == kind]
+        return found[0] if found else None
+
+    def label(self, s: int) -> str:
+        part, i = self._locate(s)
+        return part.label(i)
+
+    def inertial(self, times_s, n_deriv: int = 0) -> np.ndarray:
+        n_time = np.asarray(times_s).shape[0]
+        if not self.parts:
+            return np.zeros((n_deriv + 1, 0, n_time, 3))
+        return np.concatenate([p.inertial(times_s, n_deriv) for p in self.parts], axis=1)
+
+
+def kinds(orbits) -> tuple[str, ...]:
+    """Each emitter's kind: ``orbits.kinds`` for ``Emitters``, else every one a satellite."""
+    return tuple(orbits.kinds) if isinstance(orbits, Emitters) else ("satellite",) * orbits.n_sat
+
+
+def visible(ant_itrf, orbits, times_s, gast0_rad: float, min_elevation_rad: float) -> np.ndarray:
+    """(n_sat, n_time) bool: each emitter in view at ``times_s`` (the module docstring):
+    satellites and aircraft above ``min_elevation_rad`` at the array centre (aircraft within
+    their tracks' spans), ground transmitters always."""
+    times = np.asarray(times_s, np.float64)
+    if not isinstance(orbits, Emitters):
+        return geo.satellite_elevation(ant_itrf, orbits, times, gast0_rad) > min_elevation_rad
+    rows = []
+    for part, kind in zip(orbits.parts, orbits.kinds_of_parts, strict=True):
+        if kind == "ground":
+            rows.append(part.present(times))
+            continue
+        up = geo.satellite_elevation(ant_itrf, part, times, gast0_rad) > min_elevation_rad
+        rows.append(up & part.present(times) if kind == "aircraft" else up)
+    return np.concatenate(rows, axis=0) if rows else np.zeros((0, times.size), bool)
