@@ -2,6 +2,8 @@
 references: the closed-form WGS84 and east-north-up conversions written out here, a straight
 line at constant speed, brute-force delays per antenna, and finite differences."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -189,3 +191,60 @@ def test_tracks_refuse_bad_samples_and_report_gaps():
         em.Track([0.0], np.zeros((1, 3)))
     track = em.Track([0.0, 1.0, 30.0, 31.0], np.zeros((4, 3)))
     assert track.gaps() == [(1.0, 30.0)]
+
+
+def _observation_with_every_kind(antennas):
+    """A small observation holding two satellites, a ground transmitter and an aircraft."""
+    from tabascal.store import Observation
+
+    rng = np.random.default_rng(3)
+    a1, a2 = np.triu_indices(len(antennas), 1)
+    cube = (a1.size, 2, TIMES.size)
+    satellites = geo.CircularOrbits([20e6, 550e3], [0.9, 0.95], [0.1, 0.2], [0.3, 0.4])
+    ground = em.GroundEmitters([np.deg2rad(-30.62)], [np.deg2rad(21.55)], [150.0], GAST0)
+    start = enu_to_ecef(-15e3, 8e3, 10e3)
+    track_t = np.arange(-5.0, 30.0, 1.0)
+    line = start + track_t[:, None] * np.array([200.0, -50.0, 1.0])
+    aircraft = em.AircraftTracks([em.Track(track_t, line)], GAST0, names=["KLM123"])
+    return Observation(
+        a1=a1.astype(np.int32),
+        a2=a2.astype(np.int32),
+        ant_itrf=antennas,
+        dish_diameter_m=13.5,
+        times_s=TIMES,
+        int_time=2.0,
+        freqs_hz=np.array([1.0e9, 1.0001e9]),
+        chan_width=1e5,
+        gast0_rad=GAST0,
+        epoch_utc="2026-03-01T12:00:00+00:00",
+        ra_rad=1.1,
+        dec_rad=-0.45,
+        orbits=em.join(satellites, ground, aircraft),
+        metadata={},
+        vis=(rng.normal(size=cube) + 1j * rng.normal(size=cube)).astype(np.complex64),
+        flags=np.zeros(cube, bool),
+        noise=np.float64(1.0),
+        rows=slice(0, a1.size),
+        n_bl_total=a1.size,
+    )
+
+
+def test_a_store_keeps_its_ground_transmitters_and_aircraft(tmp_path, antennas):
+    from tabascal.store import read_meta, store_info, write_observation
+
+    obs = _observation_with_every_kind(antennas)
+    write_observation(tmp_path / "obs.zarr", obs)
+    meta = read_meta(tmp_path / "obs.zarr")
+    assert store_info(tmp_path / "obs.zarr").n_sat == 4
+    assert meta.orbits.kinds == ("satellite", "satellite", "ground", "aircraft")
+    assert [meta.orbits.label(s) for s in range(4)] == [
+        "satellite 0",
+        "satellite 1",
+        "ground transmitter 0",
+        "KLM123",
+    ]
+    # The positions as written, to the bit
+    np.testing.assert_array_equal(meta.orbits.inertial(TIMES, 3), obs.orbits.inertial(TIMES, 3))
+    satellites_only = em.split(obs.orbits)[0]
+    write_observation(tmp_path / "sat.zarr", dataclasses.replace(obs, orbits=satellites_only))
+    assert isinstance(read_meta(tmp_path / "sat.zarr").orbits, geo.CircularOrbits)

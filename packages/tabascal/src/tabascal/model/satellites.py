@@ -16,7 +16,7 @@ import logging
 import numpy as np
 
 import ri_kernels
-from tabascal.observation import beam, geometry
+from tabascal.observation import beam, emitters, geometry
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +37,8 @@ def satellites_in_view(meta, config) -> np.ndarray:
     if never.size:
         names = ", ".join(meta.orbits.label(int(s)) for s in never)
         logger.warning(
-            "satellite(s) %s stay at or below %.1f deg elevation for the whole observation: "
-            "left out of the fit (no RFI from them)",
+            "emitter(s) %s stay out of view (at or below %.1f deg elevation, or outside their "
+            "track) for the whole observation: left out of the fit (no RFI from them)",
             names,
             config.min_elevation_deg,
         )
@@ -46,12 +46,16 @@ def satellites_in_view(meta, config) -> np.ndarray:
 
 
 def above_min_elevation(meta, config) -> np.ndarray:
-    """(n_sat, n_time) bool: each satellite above ``config.min_elevation_deg`` at the array
-    centre at each integration's centre (``satellites_in_view`` without its messages)."""
-    elevation = geometry.satellite_elevation(
-        meta.ant_itrf, meta.orbits, meta.times_s, meta.gast0_rad
-    )
-    return elevation > np.deg2rad(config.min_elevation_deg)
+    """(n_sat, n_time) bool: each emitter in view at each integration's centre
+    (``satellites_in_view`` without its messages): a satellite or an aircraft above
+    ``config.min_elevation_deg`` at the array centre, a ground transmitter always
+    (``observation.emitters.visible``)."""
+    return _visible(meta, config, meta.times_s)
+
+
+def _visible(meta, config, times_s) -> np.ndarray:
+    limit = np.deg2rad(config.min_elevation_deg)
+    return emitters.visible(meta.ant_itrf, meta.orbits, times_s, meta.gast0_rad, limit)
 
 
 def satellite_view(meta, config) -> np.ndarray | None:
@@ -63,13 +67,11 @@ def satellite_view(meta, config) -> np.ndarray | None:
     up throughout every integration: the operators then need no view."""
     if meta.n_sat == 0:
         return None
-    limit = np.deg2rad(config.min_elevation_deg)
     half = meta.int_time / 2
     times = np.asarray(meta.times_s, np.float64)
 
     def up(at_s):  # (n_sat, len(at_s)) bool
-        elevation = geometry.satellite_elevation(meta.ant_itrf, meta.orbits, at_s, meta.gast0_rad)
-        return elevation > limit
+        return _visible(meta, config, at_s)
 
     start, end = up(times - half), up(times + half)
     if np.all(start & end):

@@ -14,7 +14,8 @@ speeds of ``geometry`` take them as they take satellites. What differs is only t
   the spline turned with the Earth, its derivatives by Leibniz's rule on the rotation's and the
   spline's. Outside its samples' span a track holds its end position and is out of view.
 - :class:`Emitters`: several sets as one, in order (satellites first), with each emitter's
-  kind (``kinds``).
+  kind (``kinds``); ``split`` and ``join`` take an observation's emitters apart by kind and
+  put them together again.
 
 Which emitters are in view (``visible``): a satellite or an aircraft above a minimum elevation
 at the array centre (an aircraft only within its track's span); a ground transmitter always,
@@ -271,3 +272,23 @@ def visible(ant_itrf, orbits, times_s, gast0_rad: float, min_elevation_rad: floa
         up = geo.satellite_elevation(ant_itrf, part, times, gast0_rad) > min_elevation_rad
         rows.append(up & part.present(times) if kind == "aircraft" else up)
     return np.concatenate(rows, axis=0) if rows else np.zeros((0, times.size), bool)
+
+
+def split(orbits) -> tuple[object, GroundEmitters | None, AircraftTracks | None]:
+    """An observation's emitters as (satellites, ground transmitters, aircraft): ``orbits``
+    itself and two Nones unless it is an ``Emitters``."""
+    if not isinstance(orbits, Emitters):
+        return orbits, None, None
+    return orbits.part_of("satellite"), orbits.part_of("ground"), orbits.part_of("aircraft")
+
+
+def join(satellites, ground: GroundEmitters | None = None, aircraft: AircraftTracks | None = None):
+    """The inverse of ``split``: the satellites alone where there is nothing else (so an
+    observation of satellites keeps its orbits as they were), else one ``Emitters`` holding
+    the satellites, then the ground transmitters, then the aircraft."""
+    others = [(p, k) for p, k in ((ground, "ground"), (aircraft, "aircraft")) if p is not None]
+    others = [(p, k) for p, k in others if p.n_sat]
+    if not others:
+        return satellites
+    parts = [(satellites, "satellite"), *others]
+    return Emitters(tuple(p for p, _ in parts), tuple(k for _, k in parts))

@@ -18,6 +18,13 @@ TLE_ATTR = "satellite_tle"  # group attribute of stores whose satellites are TLE
 # displaced (``observation.orbit_offsets.OffsetOrbits``): {"time_offset_s": [n_sat],
 # "ric_offset_m": [n_sat][3]}. The stored orbits are the true ones.
 ORBIT_OFFSETS_ATTR = "orbit_offsets"
+# Emitters beside the satellites (``observation.emitters``), after them in the store's emitter
+# order: ground transmitters (each one's WGS84 position: GROUND_FIELDS, (n_ground,)) and
+# aircraft (their tracks' samples one after another: times_s (n_samples,) s from the start,
+# itrf (n_samples, 3) m, and track_start (n_aircraft + 1,): where each track's samples begin).
+GROUND_GROUP = "emitters/ground"
+GROUND_FIELDS = ("lat_rad", "lon_rad", "height_m")
+AIRCRAFT_GROUP = "emitters/aircraft"
 # Group attribute, true in stores whose writer kept every chunk (zarr leaves out a chunk equal to
 # the fill value unless told not to): in those an absent chunk always means a damaged store.
 EVERY_CHUNK_ATTR = "every_chunk_written"

@@ -17,14 +17,18 @@ import numpy as np
 import zarr
 from zarr.codecs import Crc32cCodec
 
+from tabascal.observation import emitters
 from tabascal.observation.geometry import CircularOrbits
 from tabascal.observation.orbit_offsets import OffsetOrbits
 from tabascal.observation.tle import TleError, TleOrbits
 from tabascal.store.format import (
+    AIRCRAFT_GROUP,
     EVERY_CHUNK_ATTR,
     FLAGGABLE,
     FORMAT,
     FORMAT_VERSION,
+    GROUND_FIELDS,
+    GROUND_GROUP,
     OLDER_STORE_CHECKED,
     ORBIT_FIELDS,
     ORBIT_OFFSETS_ATTR,
@@ -94,7 +98,21 @@ def _tle_lines(path, attrs) -> tuple[list, list]:
     return lines
 
 
-def _expected_shapes(group: zarr.Group, n_bl, n_ant, n_freq, n_time, n_sat) -> dict:
+def _emitter_counts(path, group: zarr.Group) -> tuple[int, int, int]:
+    """How many satellites, ground transmitters and aircraft the store holds."""
+    if TLE_ATTR in group.attrs:
+        n_satellites = len(_tle_lines(path, dict(group.attrs))[0])
+    else:
+        n_satellites = group["satellites/altitude_m"].shape[0]
+    n_ground = group[f"{GROUND_GROUP}/lat_rad"].shape[0] if GROUND_GROUP in group else 0
+    starts = f"{AIRCRAFT_GROUP}/track_start"
+    n_aircraft = group[starts].shape[0] - 1 if starts in group else 0
+    return n_satellites, n_ground, n_aircraft
+
+
+def _expected_shapes(group: zarr.Group, n_bl, n_ant, n_freq, n_time, counts) -> dict:
+    n_satellites, n_ground, n_aircraft = counts
+    n_sat = sum(counts)
     expected = {
         "a2": (n_bl,),
         "ant_itrf": (n_ant, 3),
@@ -102,7 +120,16 @@ def _expected_shapes(group: zarr.Group, n_bl, n_ant, n_freq, n_time, n_sat) -> d
         "flags": (n_bl, n_freq, n_time),
     }
     if TLE_ATTR not in group.attrs:
-        expected |= {f"satellites/{f}": (n_sat,) for f in ORBIT_FIELDS}
+        expected |= {f"satellites/{f}": (n_satellites,) for f in ORBIT_FIELDS}
+    if GROUND_GROUP in group:
+        expected |= {f"{GROUND_GROUP}/{f}": (n_ground,) for f in GROUND_FIELDS}
+    if AIRCRAFT_GROUP in group:
+        n_samples = group[f"{AIRCRAFT_GROUP}/times_s"].shape[0]
+        expected |= {
+            f"{AIRCRAFT_GROUP}/track_start": (n_aircraft + 1,),
+            f"{AIRCRAFT_GROUP}/times_s": (n_samples,),
+            f"{AIRCRAFT_GROUP}/itrf": (n_samples, 3),
+        }
     if "truth" in group:
         n_src = group["truth/source_ra_rad"].shape[0] if "truth/source_ra_rad" in group else 0
         expected |= {
@@ -122,11 +149,9 @@ def _shapes(path, group: zarr.Group) -> StoreInfo:
     """The store's sizes, its arrays' shapes and dtypes checked (no chunk is read)."""
     n_bl, n_ant = group["a1"].shape[0], group["ant_itrf"].shape[0]
     n_freq, n_time = group["freqs_hz"].shape[0], group["times_s"].shape[0]
-    if TLE_ATTR in group.attrs:
-        n_sat = len(_tle_lines(path, dict(group.attrs))[0])
-    else:
-        n_sat = group["satellites/altitude_m"].shape[0]
-    for name, shape in _expected_shapes(group, n_bl, n_ant, n_freq, n_time, n_sat).items():
+    counts = _emitter_counts(path, group)
+    n_sat = sum(counts)
+    for name, shape in _expected_shapes(group, n_bl, n_ant, n_freq, n_time, counts).items():
         if name not in group:
             _fail(path, f"array '{name}' is missing")
         if group[name].shape != shape:
@@ -134,7 +159,8 @@ def _shapes(path, group: zarr.Group) -> StoreInfo:
                 path,
                 f"array '{name}' has shape {group[name].shape}, expected {shape} (n_bl={n_bl} "
                 f"from a1, n_ant={n_ant} from ant_itrf, n_freq={n_freq} from freqs_hz, "
-                f"n_time={n_time} from times_s, n_sat={n_sat} from satellites/altitude_m)",
+                f"n_time={n_time} from times_s, n_sat={n_sat} emitters: {counts[0]} from "
+                f"satellites/altitude_m, {counts[1]} ground, {counts[2]} aircraft)",
             )
     noise_shape = group["noise"].shape
     if noise_shape not in ((), (n_bl,), (n_bl, n_freq)):
@@ -333,9 +359,37 @@ def _orbits(path, group: zarr.Group):
 
 
 def _stored_orbits(path, group: zarr.Group):
+    """The store's emitters: its satellites, joined by its ground transmitters and aircraft
+    where it has them (``observation.emitters.join``)."""
     attrs = dict(group.attrs)
     names = attrs.get("satellite_names")
-    names = tuple(names) if names is not None else None
+    n_satellites, n_ground, n_aircraft = _emitter_counts(path, group)
+    cut = np.cumsum([0, n_satellites, n_ground, n_aircraft])
+    own = [None if names is None else tuple(names[a:b]) for a, b in itertools.pairwise(cut)]
+    satellites = _stored_satellites(path, group, own[0])
+    gast0 = float(attrs["gast0_rad"])
+    ground = aircraft = None
+    try:
+        if n_ground:
+            fields = {f: _read(path, group, f"{GROUND_GROUP}/{f}") for f in GROUND_FIELDS}
+            ground = emitters.GroundEmitters(**fields, gast0_rad=gast0, names=own[1])
+        if n_aircraft:
+            starts = _read(path, group, f"{AIRCRAFT_GROUP}/track_start")
+            times = _read(path, group, f"{AIRCRAFT_GROUP}/times_s")
+            itrf = _read(path, group, f"{AIRCRAFT_GROUP}/itrf")
+            if starts[0] != 0 or starts[-1] != times.size or np.any(np.diff(starts) < 0):
+                raise ValueError(
+                    f"{AIRCRAFT_GROUP}/track_start must rise from 0 to the {times.size} samples"
+                )
+            tracks = [emitters.Track(times[a:b], itrf[a:b]) for a, b in itertools.pairwise(starts)]
+            aircraft = emitters.AircraftTracks(tracks, gast0, names=own[2])
+    except ValueError as err:
+        _fail(path, f"its ground transmitters or aircraft tracks are not valid: {err}")
+    return emitters.join(satellites, ground, aircraft)
+
+
+def _stored_satellites(path, group: zarr.Group, names):
+    attrs = dict(group.attrs)
     if TLE_ATTR not in attrs:
         fields = {f: _read(path, group, f"satellites/{f}") for f in ORBIT_FIELDS}
         return CircularOrbits(**fields, names=names)

@@ -24,12 +24,16 @@ import numpy as np
 import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
+from tabascal.observation import emitters
 from tabascal.observation.orbit_offsets import OffsetOrbits
 from tabascal.observation.tle import TleOrbits
 from tabascal.store.format import (
+    AIRCRAFT_GROUP,
     EVERY_CHUNK_ATTR,
     FORMAT,
     FORMAT_VERSION,
+    GROUND_FIELDS,
+    GROUND_GROUP,
     ORBIT_FIELDS,
     ORBIT_OFFSETS_ATTR,
     SCALAR_ATTRS,
@@ -157,9 +161,10 @@ class ObservationWriter:
             "times_s": np.asarray(m.times_s, dtype=np.float64),
             "freqs_hz": np.asarray(m.freqs_hz, dtype=np.float64),
         }
-        if not isinstance(_stored_orbits(m.orbits), TleOrbits):
-            orbits = _stored_orbits(m.orbits)
-            small |= {f"satellites/{f}": getattr(orbits, f) for f in ORBIT_FIELDS}
+        satellites, ground, aircraft = emitters.split(_stored_orbits(m.orbits))
+        if not isinstance(satellites, TleOrbits):
+            small |= {f"satellites/{f}": getattr(satellites, f) for f in ORBIT_FIELDS}
+        small |= _other_emitters(ground, aircraft)
         for name, data in small.items():
             group.create_array(name, data=data, **ARRAY_OPTIONS)
         cube, chunks = (m.n_bl, m.n_freq, m.n_time), (self.chunk_rows, m.n_freq, m.n_time)
@@ -444,6 +449,23 @@ def _stored_orbits(orbits):
     return orbits.base if isinstance(orbits, OffsetOrbits) else orbits
 
 
+def _other_emitters(ground, aircraft) -> dict:
+    """The arrays of the ground transmitters and aircraft tracks (``reader._other_emitters``
+    reads them): each transmitter's WGS84 position, and the tracks' samples one after another
+    with where each track starts (and, last, where the samples end)."""
+    arrays = {}
+    if ground is not None:
+        arrays |= {f"{GROUND_GROUP}/{f}": getattr(ground, f) for f in GROUND_FIELDS}
+    if aircraft is not None:
+        counts = [track.times_s.size for track in aircraft.tracks]
+        arrays |= {
+            f"{AIRCRAFT_GROUP}/times_s": np.concatenate([t.times_s for t in aircraft.tracks]),
+            f"{AIRCRAFT_GROUP}/itrf": np.concatenate([t.itrf for t in aircraft.tracks]),
+            f"{AIRCRAFT_GROUP}/track_start": np.cumsum([0, *counts]).astype(np.int64),
+        }
+    return arrays
+
+
 def _offset_attrs(orbits) -> dict:
     if not isinstance(orbits, OffsetOrbits):
         return {}
@@ -460,7 +482,7 @@ def _tle_attrs(meta: ObservationMeta) -> dict:
     The orbits are rebuilt from the store's own epoch and sidereal angle when read, so they
     must be the observation's.
     """
-    orbits = _stored_orbits(meta.orbits)
+    orbits = emitters.split(_stored_orbits(meta.orbits))[0]
     if not isinstance(orbits, TleOrbits):
         return {}
     same_epoch = datetime.fromisoformat(orbits.epoch_utc) == datetime.fromisoformat(meta.epoch_utc)
