@@ -248,3 +248,66 @@ def test_a_store_keeps_its_ground_transmitters_and_aircraft(tmp_path, antennas):
     satellites_only = em.split(obs.orbits)[0]
     write_observation(tmp_path / "sat.zarr", dataclasses.replace(obs, orbits=satellites_only))
     assert isinstance(read_meta(tmp_path / "sat.zarr").orbits, geo.CircularOrbits)
+
+
+EPOCH = "2026-03-01T12:00:00+00:00"
+EPOCH_UNIX = 1772366400.0  # the same instant in Unix seconds
+
+
+def test_track_files_are_read_as_adsb_decoders_write_them(tmp_path, caplog):
+    # OpenSky-like state vectors: Unix time, two aircraft interleaved, a line without a
+    # position, a position repeated, and a 20 s gap in one track.
+    path = tmp_path / "tracks.csv"
+    rows = ["time,icao24,lat,lon,velocity,geoaltitude"]
+    for k in range(6):
+        t = EPOCH_UNIX + 2.0 * k + (20.0 if k >= 3 else 0.0)
+        rows.append(f"{t},abc123,{-30.6 + 0.001 * k},{21.4 + 0.002 * k},230,{10000 + k}")
+        rows.append(f"{EPOCH_UNIX + 2.0 * k},def456,{-30.8},{21.0 + 0.003 * k},200,{9000}")
+    rows.insert(3, f"{EPOCH_UNIX + 1.0},abc123,,,230,")
+    rows.append(rows[1])
+    path.write_text("\n".join(rows) + "\n")
+    with caplog.at_level("WARNING"):
+        tracks = em.read_tracks(path, EPOCH, GAST0)
+    assert tracks.names == ("abc123", "def456")
+    first = tracks.tracks[0]
+    np.testing.assert_array_equal(first.times_s, [0.0, 2.0, 4.0, 26.0, 28.0, 30.0])
+    want = ecef(np.deg2rad(-30.6 + 0.003), np.deg2rad(21.4 + 0.006), 10003.0)
+    np.testing.assert_allclose(first.itrf[3], want, rtol=0, atol=1e-6)
+    assert "abc123's track has no position from 4.0 s to 26.0 s" in caplog.text
+
+
+def test_track_files_take_iso_times_and_feet_and_ground_files_their_columns(tmp_path):
+    path = tmp_path / "track.csv"
+    path.write_text(
+        "# one aircraft, heights in feet\ntime,lat_deg,lon_deg,alt_ft\n"
+        "2026-03-01T12:00:10Z,-30.7,21.4,33000\n2026-03-01T12:00:11,-30.7,21.401,33010\n"
+    )
+    track = em.read_tracks(path, EPOCH, GAST0).tracks[0]
+    np.testing.assert_array_equal(track.times_s, [10.0, 11.0])
+    np.testing.assert_allclose(
+        track.itrf[1], ecef(np.deg2rad(-30.7), np.deg2rad(21.401), 33010 * 0.3048), atol=1e-6
+    )
+    ground = tmp_path / "ground.csv"
+    ground.write_text("name,lat_deg,lon_deg,height_m\nFM tower,-30.55,21.62,1350\n")
+    towers = em.read_ground(ground, GAST0)
+    assert towers.names == ("FM tower",)
+    np.testing.assert_allclose(
+        towers.itrf[0], ecef(np.deg2rad(-30.55), np.deg2rad(21.62), 1350.0), atol=1e-6
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("time,lat,lon\n0,1,2\n1,1,2\n", "no column for the height"),
+        ("time,lat,lon,alt_m\n0,1,2,3\n1,x,2,3\n", "line 3: latitude 'x' is not a number"),
+        ("time,lat,lon,alt_m\n0,1,2,3\n", "aircraft has one position"),
+        ("time,lat,lon,alt_m\nnoon,1,2,3\n", "time 'noon' is neither ISO 8601 nor Unix seconds"),
+        ("lat,lon,alt_m\n1,2,3\n", "no column for time"),
+    ],
+)
+def test_bad_track_files_are_refused_naming_the_line(tmp_path, text, message):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(em.EmitterFileError, match=message):
+        em.read_tracks(path, EPOCH, GAST0)

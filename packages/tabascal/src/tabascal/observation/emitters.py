@@ -24,12 +24,18 @@ since it sits at the horizon by nature and reaches the stations along the ground
 
 from __future__ import annotations
 
+import csv
+import logging
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from math import comb
 
 import numpy as np
 
+from tabascal import TabascalError
 from tabascal.observation import geometry as geo
+
+logger = logging.getLogger(__name__)
 
 #: The kinds of emitter, as ``Emitters.kinds`` names them.
 KINDS = ("satellite", "ground", "aircraft")
@@ -292,3 +298,185 @@ def join(satellites, ground: GroundEmitters | None = None, aircraft: AircraftTra
         return satellites
     parts = [(satellites, "satellite"), *others]
     return Emitters(tuple(p for p, _ in parts), tuple(k for _, k in parts))
+
+
+class EmitterFileError(TabascalError, ValueError):
+    """A ground-transmitter or track file that cannot be read; the message names the file, the
+    line and what is wrong."""
+
+
+# The columns a file's header may name for each field, as ADS-B decoders and the OpenSky
+# Network's state vectors write them (the first found is used). Heights in feet are converted.
+_TRACK_COLUMNS = {
+    "time": ("time", "time_utc", "timestamp"),
+    "lat": ("lat_deg", "lat", "latitude"),
+    "lon": ("lon_deg", "lon", "longitude"),
+    "height_m": ("height_m", "alt_m", "altitude_m", "geoaltitude"),
+    "height_ft": ("alt_ft", "altitude_ft", "altitude"),
+    "id": ("name", "callsign", "icao24", "id", "flight"),
+}
+_GROUND_COLUMNS = {
+    "name": ("name",),
+    "lat": ("lat_deg", "lat", "latitude"),
+    "lon": ("lon_deg", "lon", "longitude"),
+    "height_m": ("height_m", "alt_m", "altitude_m"),
+}
+FEET = 0.3048
+
+
+def _csv_rows(path) -> tuple[dict[str, int], list[tuple[int, list[str]]]]:
+    """The header's columns (lower case, by position) and the data lines (number, fields) of a
+    comma-separated file, ``#`` comments and blank lines left out."""
+    try:
+        with open(path, newline="") as f:
+            lines = [(n, row) for n, row in enumerate(csv.reader(f), start=1)]
+    except OSError as err:
+        raise EmitterFileError(f"{path}: cannot be read ({err.strerror or err})") from None
+    lines = [
+        (n, [x.strip() for x in row]) for n, row in lines if row and any(x.strip() for x in row)
+    ]
+    lines = [(n, row) for n, row in lines if not row[0].startswith("#")]
+    if not lines:
+        raise EmitterFileError(f"{path}: holds no header line")
+    header = {name.lower(): i for i, name in enumerate(lines[0][1])}
+    return header, lines[1:]
+
+
+def _column(path, header: dict[str, int], choices: tuple[str, ...], what: str, required=True):
+    for name in choices:
+        if name in header:
+            return header[name]
+    if required:
+        raise EmitterFileError(
+            f"{path}: no column for {what}; name one of {', '.join(choices)} in the header line"
+        )
+    return None
+
+
+def _number(path, line: int, text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise EmitterFileError(f"{path}, line {line}: {what} {text!r} is not a number") from None
+    if not np.isfinite(value):
+        raise EmitterFileError(f"{path}, line {line}: {what} {text!r} is not finite")
+    return value
+
+
+def read_ground(path, gast0_rad: float) -> GroundEmitters:
+    """Ground transmitters from a comma-separated file with a header line naming ``name``,
+    ``lat_deg``, ``lon_deg`` and ``height_m`` (WGS84; ``lat``, ``latitude`` and the like are
+    taken too), one transmitter a line."""
+    header, lines = _csv_rows(path)
+    cols = {k: _column(path, header, v, k, k != "name") for k, v in _GROUND_COLUMNS.items()}
+    names, lat, lon, height = [], [], [], []
+    for n, row in lines:
+        if len(row) < len(header):
+            raise EmitterFileError(
+                f"{path}, line {n}: {len(row)} fields, the header names {len(header)}"
+            )
+        names.append(row[cols["name"]] if cols["name"] is not None else f"ground {len(names)}")
+        lat.append(_number(path, n, row[cols["lat"]], "latitude"))
+        lon.append(_number(path, n, row[cols["lon"]], "longitude"))
+        height.append(_number(path, n, row[cols["height_m"]], "height"))
+        if abs(lat[-1]) > 90:
+            raise EmitterFileError(f"{path}, line {n}: latitude {lat[-1]} deg is beyond +-90")
+    if not names:
+        raise EmitterFileError(f"{path}: holds no transmitter")
+    return GroundEmitters(np.deg2rad(lat), np.deg2rad(lon), height, gast0_rad, names=names)
+
+
+def _seconds(path, line: int, text: str, epoch) -> float:
+    """A time as seconds after ``epoch`` (a UTC datetime): ISO 8601 (UTC unless it says
+    otherwise) or seconds since 1970-01-01 UTC (Unix time, as ADS-B decoders write it)."""
+    try:
+        return float(text) - epoch.timestamp()
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise EmitterFileError(
+            f"{path}, line {line}: time {text!r} is neither ISO 8601 nor Unix seconds"
+        ) from None
+    when = when if when.tzinfo else when.replace(tzinfo=UTC)
+    return (when - epoch).total_seconds()
+
+
+def read_tracks(path, epoch_utc: str, gast0_rad: float, times_s=None) -> AircraftTracks:
+    """Aircraft tracks from a comma-separated file of time, latitude, longitude and height,
+    one position a line, as ADS-B decoders write them.
+
+    The header line names the columns: ``time`` (ISO 8601, UTC unless marked, or Unix
+    seconds), ``lat_deg``, ``lon_deg`` and ``height_m`` (WGS84 height; ``geoaltitude`` as the
+    OpenSky Network writes it, or ``alt_ft`` in feet), and optionally the aircraft
+    (``callsign``, ``icao24``, ``name``...) where the file holds several. Lines without a
+    position (empty fields, as decoders write between position messages) are skipped; a
+    position repeated at the same time is kept once. Each aircraft's samples are sorted by
+    time; gaps longer than ``TRACK_GAP_S`` are logged, and where ``times_s`` (the observation's
+    integration centres) is given, so is an aircraft whose track covers none of them.
+    """
+    epoch = datetime.fromisoformat(epoch_utc)
+    epoch = epoch if epoch.tzinfo else epoch.replace(tzinfo=UTC)
+    header, lines = _csv_rows(path)
+    cols = {
+        k: _column(path, header, v, k, k in ("time", "lat", "lon"))
+        for k, v in _TRACK_COLUMNS.items()
+    }
+    if cols["height_m"] is None and cols["height_ft"] is None:
+        choices = _TRACK_COLUMNS["height_m"] + _TRACK_COLUMNS["height_ft"]
+        raise EmitterFileError(
+            f"{path}: no column for the height; name one of {', '.join(choices)} in the header"
+        )
+    samples: dict[str, list[tuple[float, float, float, float]]] = {}
+    for n, row in lines:
+        if len(row) < len(header):
+            raise EmitterFileError(
+                f"{path}, line {n}: {len(row)} fields, the header names {len(header)}"
+            )
+        height_col, scale = (
+            (cols["height_m"], 1.0) if cols["height_m"] is not None else (cols["height_ft"], FEET)
+        )
+        fields = (row[cols["time"]], row[cols["lat"]], row[cols["lon"]], row[height_col])
+        if any(not x for x in fields[1:]):
+            continue
+        who = row[cols["id"]] if cols["id"] is not None else "aircraft"
+        t = _seconds(path, n, fields[0], epoch)
+        lat = _number(path, n, fields[1], "latitude")
+        lon = _number(path, n, fields[2], "longitude")
+        height = _number(path, n, fields[3], "height") * scale
+        samples.setdefault(who or "aircraft", []).append((t, lat, lon, height))
+    if not samples:
+        raise EmitterFileError(f"{path}: holds no position")
+    tracks, names = [], []
+    for who, rows in samples.items():
+        rows = np.array(sorted(set(rows)))
+        _, first = np.unique(rows[:, 0], return_index=True)
+        rows = rows[first]
+        if rows.shape[0] < 2:
+            raise EmitterFileError(f"{path}: {who} has one position; a track needs two or more")
+        track = Track.from_geodetic(
+            rows[:, 0], np.deg2rad(rows[:, 1]), np.deg2rad(rows[:, 2]), rows[:, 3]
+        )
+        for start, end in track.gaps():
+            logger.warning(
+                "%s: %s's track has no position from %.1f s to %.1f s after the start; the "
+                "spline bridges the gap",
+                path,
+                who,
+                start,
+                end,
+            )
+        if times_s is not None and not np.any(
+            (np.asarray(times_s) >= track.times_s[0]) & (np.asarray(times_s) <= track.times_s[-1])
+        ):
+            logger.warning(
+                "%s: %s's track (%.1f s to %.1f s after the start) covers no integration",
+                path,
+                who,
+                track.times_s[0],
+                track.times_s[-1],
+            )
+        tracks.append(track)
+        names.append(who)
+    return AircraftTracks(tracks, gast0_rad, names=names)
