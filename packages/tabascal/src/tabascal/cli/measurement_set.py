@@ -31,7 +31,7 @@ def _selection_arguments(parser, column_help: str) -> None:
         metavar="SPW",
         help="spectral window id (needed if several), or several read side by side as one "
         "band: ids separated by commas (0,1) or all; their channels must be of equal width "
-        "and each window must begin one channel above where the one below ends",
+        "and spacing, and each window must begin one spacing above where the one below ends",
     )
     parser.add_argument("--field", type=int, help="field id (needed if several)")
     parser.add_argument(

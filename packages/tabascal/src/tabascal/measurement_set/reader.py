@@ -109,9 +109,9 @@ class MeasurementSetReader:
 
     column: data column ('DATA', 'CORRECTED_DATA', ...). correlation: 'I' (default), 'XX',
     'YY', 'RR' or 'LL'. spw: the spectral window id, or several (a sequence of ids, or 'all')
-    read side by side as one band: windows of equal channels, each beginning one channel above
-    where the one below ends (:mod:`.selection`). field: the field id. Each is needed when the
-    data hold several. orbits:
+    read side by side as one band: windows of equal channels, each beginning one channel
+    spacing above where the one below ends (:mod:`.selection`). field: the field id. Each is
+    needed when the data hold several. orbits:
     the satellites; or tle_file with satellites (catalogue numbers, None: all in the file) and
     ut1_utc_s. time_tolerance: how far (in INTERVALs, at least 0.001 and below 0.5) a row's
     TIME may lie from its integration of the grid (:mod:`.selection`). channels, times: slices

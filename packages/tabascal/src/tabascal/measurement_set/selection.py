@@ -1,8 +1,12 @@
 """The rows of a Measurement Set that make one observation: a (time, baseline) grid.
 
 tabascal reads one field and one spectral window, or several side by side as one band when
-their channels are of equal width and each begins one channel above where the one below ends
-(``spw=[0, 1]`` or ``spw="all"``; anything else is refused, naming the windows' channels).
+their channels are of equal width and spacing and each begins one spacing above where the one
+below ends (``spw=[0, 1]`` or ``spw="all"``; anything else is refused, naming the windows'
+channels). A window's channels are of one width and evenly spaced, the spacing at least the
+width: channels selected or decimated in frequency are spaced wider than they are wide, and
+the store keeps each channel's centre and the width (the model's frequency grid is spaced by
+the centres' step, its smearing within a channel and its noise by the width).
 Each window then has a grid of rows of its own on the common integrations and baselines.
 Autocorrelations (ANTENNA1 == ANTENNA2) are always dropped: the model is of
 cross-correlations, and an autocorrelation's noise-power bias and statistics are not those
@@ -20,9 +24,10 @@ from an integration or an integration missing from the grid, has row -1, which t
 fills with flagged cells (refused when more integrations would be filled than hold rows, as
 one stray TIME would make). Still refused, each with an :class:`MsError` naming the rows: a
 baseline twice in an integration, an antenna not in the ANTENNA table, INTERVAL varying,
-channels of unequal widths or not evenly spaced by them. Only the small columns (TIME,
-ANTENNA1, ANTENNA2, INTERVAL and, when the MS has several of them, DATA_DESC_ID and
-FIELD_ID) are read here.
+channels of unequal widths, channels that overlap (centres closer than a width) and channels
+not evenly spaced (the model's frequency grid is regular), naming the channels. Only the
+small columns (TIME, ANTENNA1, ANTENNA2, INTERVAL and, when the MS has several of them,
+DATA_DESC_ID and FIELD_ID) are read here.
 
 A range of channels and of integrations may be read (``channels``, ``times``: Python slices
 of step 1, as ``--channels A:B`` and ``--times A:B`` give them): channels of one window by
@@ -48,13 +53,13 @@ import numpy as np
 
 from tabascal import TabascalError
 from tabascal.measurement_set.correlations import correlation_names
+from tabascal.store.format import CHANNEL_RTOL
 
 SPACING_RTOL = 1e-3  # allowed relative jitter of INTERVAL; the least time tolerance
 TIME_TOLERANCE = 0.1  # default allowed offset of a TIME from its integration, in INTERVALs
-CHANNEL_RTOL = 1e-6  # allowed relative jitter of channel widths and spacings
 SEVERAL_WINDOWS = (
     ", or several side by side as one band (--spw 0,1 or --spw all: windows of equal "
-    "channels, each beginning one channel above where the one below ends)"
+    "channels, each beginning one channel spacing above where the one below ends)"
 )
 
 
@@ -106,7 +111,8 @@ class MsSelection:
     TIME of each integration (MJD seconds, UTC): the median of its rows', the grid's where it
     has none. interval_s: INTERVAL, the grid's spacing. pol, field: the ids selected.
     corr_types: (n_corr,) CASA codes. chan_freq_hz: (n_chan,) ascending, every window's.
-    chan_width_hz: > 0. n_autocorrelations: rows dropped for being autocorrelations.
+    chan_width_hz: each channel's width, > 0 (the centres are evenly spaced by at least it).
+    n_autocorrelations: rows dropped for being autocorrelations.
     n_rows_table: all rows. in_time_order: whether the selected rows were ordered by TIME.
     time_tolerance: the largest offset of a TIME from its integration allowed, max_time_offset:
     the largest found (both in INTERVALs). times: the integrations read of the n_time_grid.
@@ -229,11 +235,13 @@ class _Asked(NamedTuple):
 
 
 class _Channels(NamedTuple):
-    """The channels read of a window: ascending frequencies (n_chan,), width, whether the MS
-    stores them descending, the MS channels read and how many the window holds."""
+    """The channels read of a window: ascending frequencies (n_chan,), width, the step
+    between their centres (the width for one channel), whether the MS stores them
+    descending, the MS channels read and how many the window holds."""
 
     freq: np.ndarray
     width: float
+    spacing: float
     reversed: bool
     chosen: slice
     n_chan_spw: int
@@ -432,49 +440,103 @@ def _channels(tables, path: Path, spw: int, channels: slice | None) -> _Channels
             "tabascal needs equal channels"
         )
     reverse = freq.size > 1 and freq[1] < freq[0]
+    ms_channel = chosen.start + (np.arange(freq.size)[::-1] if reverse else np.arange(freq.size))
     freq = freq[::-1] if reverse else freq
-    spacing = np.diff(freq)
-    if np.any(np.abs(spacing - width[0]) > CHANNEL_RTOL * width[0]):
+    spacing = _check_spacing(spw, freq, float(width[0]), ms_channel)
+    return _Channels(freq, float(width[0]), spacing, bool(reverse), chosen, n_chan_spw)
+
+
+def _pairs_text(steps: np.ndarray, bad: np.ndarray, ms_channel: np.ndarray) -> str:
+    """The neighbouring channels ``bad`` (indices into the ascending steps), as the MS
+    numbers them, with their step: at most five."""
+    named = []
+    for k in bad[:5]:
+        lo, hi = sorted((int(ms_channel[k]), int(ms_channel[k + 1])))
+        named.append(f"{lo} and {hi} ({steps[k] / 1e3:.9g} kHz)")
+    return ", ".join(named) + (f" and {bad.size - 5} more" if bad.size > 5 else "")
+
+
+def _check_spacing(spw: int, freq: np.ndarray, width: float, ms_channel: np.ndarray) -> float:
+    """The step between the ascending channel centres ``freq`` (Hz) of window ``spw``: the
+    width for one channel. Refused: channels that overlap (a step below the width) and
+    steps that are not even, naming the channels (``ms_channel``: each one's MS index)."""
+    if freq.size < 2:
+        return width
+    steps = np.diff(freq)
+    overlap = np.flatnonzero(steps < width * (1 - CHANNEL_RTOL))
+    if overlap.size:
         raise MsError(
-            f"channels of spectral window {spw} are not evenly spaced by their width "
-            f"{width[0]:.6g} Hz (spacings {spacing.min():.6g} to {spacing.max():.6g} Hz)"
+            f"channels of spectral window {spw} overlap: they are {width / 1e3:.9g} kHz wide "
+            f"but the centres of channels {_pairs_text(steps, overlap, ms_channel)} are closer; "
+            "tabascal needs channels at least one width apart"
         )
-    return _Channels(freq, float(width[0]), bool(reverse), chosen, n_chan_spw)
+    usual = float(np.median(steps))
+    uneven = np.flatnonzero(np.abs(steps - usual) > CHANNEL_RTOL * usual)
+    if uneven.size:
+        raise MsError(
+            f"channels of spectral window {spw} are not evenly spaced (steps "
+            f"{steps.min() / 1e3:.9g} to {steps.max() / 1e3:.9g} kHz, most "
+            f"{usual / 1e3:.9g} kHz; channels {_pairs_text(steps, uneven, ms_channel)}); "
+            "the model's frequency grid is regular: choose evenly spaced channels with "
+            "--channels"
+        )
+    return float(freq[-1] - freq[0]) / (freq.size - 1)
 
 
-def _window_text(spw: int, freq: np.ndarray, width: float) -> str:
+def _window_text(spw: int, part: _Channels) -> str:
+    freq, width = part.freq, part.width
+    spaced = abs(part.spacing - width) > CHANNEL_RTOL * width
+    every = f" every {part.spacing / 1e3:.6g} kHz" if spaced else ""
     return (
-        f"{spw} ({freq.size} channels of {width / 1e3:.6g} kHz, {freq[0] / 1e6:.9g} to "
+        f"{spw} ({freq.size} channels of {width / 1e3:.6g} kHz{every}, {freq[0] / 1e6:.9g} to "
         f"{freq[-1] / 1e6:.9g} MHz)"
     )
 
 
-def _check_side_by_side(spws: list[int], parts: list[_Channels]) -> None:
-    """Refuse windows (ascending in frequency) that are not one band: equal channel widths,
-    each beginning one channel above where the one below ends."""
-    width = parts[0].width
-    problem = None
+def _band_spacing(parts: list[_Channels]) -> float:
+    """The step between channel centres of windows read as one band: that of the first
+    window of several channels, else the step from the first window to the second."""
+    for p in parts:
+        if p.freq.size > 1:
+            return p.spacing
+    return float(parts[1].freq[0] - parts[0].freq[-1])
+
+
+def _band_problem(spws: list[int], parts: list[_Channels]) -> str | None:
+    """What keeps windows (ascending in frequency) from being one band, or None."""
+    width, spacing = parts[0].width, _band_spacing(parts)
+    # A window of several channels had its own checked: only single channels can overlap here.
+    if spacing < width * (1 - CHANNEL_RTOL):
+        return (
+            f"the first channel of window {spws[1]} is {spacing / 1e3:+.9g} kHz from the last "
+            f"of window {spws[0]}, less than a channel's width: the channels overlap"
+        )
     for k in range(1, len(spws)):
         if abs(parts[k].width - width) > CHANNEL_RTOL * width:
-            problem = "their channels differ in width"
-            break
+            return "their channels differ in width"
+        if parts[k].freq.size > 1 and abs(parts[k].spacing - spacing) > CHANNEL_RTOL * spacing:
+            return "their channels differ in spacing"
         step = parts[k].freq[0] - parts[k - 1].freq[-1]
-        if abs(step - width) > CHANNEL_RTOL * width:
-            problem = (
+        if abs(step - spacing) > CHANNEL_RTOL * spacing:
+            return (
                 f"the first channel of window {spws[k]} is {step / 1e3:+.9g} kHz from the last "
-                f"of window {spws[k - 1]}, not {width / 1e3:+.9g} kHz (one channel)"
+                f"of window {spws[k - 1]}, not {spacing / 1e3:+.9g} kHz (one channel)"
             )
-            break
+    return None
+
+
+def _check_side_by_side(spws: list[int], parts: list[_Channels]) -> None:
+    """Refuse windows (ascending in frequency) that are not one band: equal channel widths
+    and spacings, each beginning one spacing above where the one below ends."""
+    problem = _band_problem(spws, parts)
     if problem is None:
         return
-    described = "; ".join(
-        _window_text(s, p.freq, p.width) for s, p in zip(spws, parts, strict=True)
-    )
+    described = "; ".join(_window_text(s, p) for s, p in zip(spws, parts, strict=True))
     raise MsError(
         f"spectral windows {', '.join(map(str, spws))} cannot be read as one band: {problem}. "
         f"The windows: {described}. Windows are read side by side only when their channels "
-        "are of equal width and each begins one channel above where the one below ends; "
-        "choose one with --spw"
+        "are of equal width and spacing and each begins one spacing above where the one below "
+        "ends; choose one with --spw"
     )
 
 

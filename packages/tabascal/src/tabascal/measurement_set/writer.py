@@ -1,9 +1,12 @@
 """Writing an observation store as a Measurement Set (``tabascal simulate -o obs.ms``).
 
-The MS has one spectral window (the store's channels, TOPO), one field (the phase centre,
-written in J2000 by :func:`~tabascal.measurement_set.frames.phase_centre_to_j2000`), one
-correlation of type I holding the store's visibilities, and rows ordered by (time, baseline)
-in the store's baseline order. UVW is in the J2000 frame and follows the MS convention,
+The MS has one spectral window (the store's channels, TOPO: CHAN_FREQ their centres;
+CHAN_WIDTH, EFFECTIVE_BW and RESOLUTION each channel's width, which is less than the step
+between centres for channels selected or decimated in frequency; TOTAL_BANDWIDTH the sum of
+the widths), one field (the phase centre, written in J2000 by
+:func:`~tabascal.measurement_set.frames.phase_centre_to_j2000`), one correlation of type I
+holding the store's visibilities, and rows ordered by (time, baseline) in the store's
+baseline order. UVW is in the J2000 frame and follows the MS convention,
 ``uvw(ANTENNA2) - uvw(ANTENNA1)``, computed by casacore as CASA does: with tabascal's signal
 ``S_a = A exp(+2 pi i f tau_a)`` and ``V = S_a1 conj(S_a2)``, a source at (l, m) then has
 ``V = exp(-2 pi i (u l + v m + w (n - 1)) / lambda)``, as CASA expects (checked in the tests).

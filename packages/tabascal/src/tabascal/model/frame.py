@@ -277,6 +277,7 @@ def rfi_groups(meta, geom: Geometry, snr: float, config: ModelConfig, real, view
             config.rfi_vis,
             real,
             view=view,
+            chan_spacing=meta.chan_spacing,
         )
         for g, spec in enumerate(specs)
     )
@@ -295,7 +296,7 @@ def _rfi_signal_constants(meta, config, rfi_level, init, corr_time_s, in_view, r
         meta.n_sat,
         meta.n_freq,
         meta.n_time,
-        meta.chan_width,
+        meta.chan_spacing,
         meta.int_time,
         scale=rfi_level,
         mean=rfi_level if init in FROM_DATA_INITS else 0.0,
@@ -348,7 +349,7 @@ def model_frame(meta, config, snr, rfi_level, init, seed, geom: Geometry | None 
         geom.sky_fringe_rate_hz,
         n_freq,
         n_time,
-        meta.chan_width,
+        meta.chan_spacing,
         meta.int_time,
         delay_s=geom.sky_delay_s,
     )

@@ -141,7 +141,7 @@ def make_constants(
     n_src: int,
     n_freq: int,
     n_time: int,
-    chan_width: float,
+    chan_spacing: float,
     int_time: float,
     *,
     scale=1.0,
@@ -153,7 +153,8 @@ def make_constants(
 ) -> RfiSignalConstants:
     """Constants of ``forward`` (host, float64, then cast).
 
-    chan_width: channel spacing (Hz); int_time: integration time (s).
+    chan_spacing: the step between channel centres (Hz; ``ObservationMeta.chan_spacing``);
+    int_time: integration time (s).
     scale: prior std of |s - mean| per cell, scalar or broadcastable to (n_ant, n_src) (sqrt
     of data units, e.g. Jy^0.5). mean: complex, broadcastable to (n_ant, n_src).
     corr_time_s: correlation time (s) of each source, (n_src,) or a scalar;
@@ -163,11 +164,11 @@ def make_constants(
     scale and mean then broadcast to (1, n_src).
     dtype: real dtype, float32 or float64; complex arrays get the matching complex dtype.
     """
-    if min(n_ant, n_freq, n_time) < 1 or n_src < 0 or not (chan_width > 0 and int_time > 0):
+    if min(n_ant, n_freq, n_time) < 1 or n_src < 0 or not (chan_spacing > 0 and int_time > 0):
         raise ValueError(
             f"RFI signal grid: n_ant={n_ant}, n_src={n_src}, n_freq={n_freq}, n_time={n_time}, "
-            f"chan_width={chan_width}, int_time={int_time}; expected positive sizes and spacings "
-            "(n_src may be 0: no RFI term)"
+            f"chan_spacing={chan_spacing}, int_time={int_time}; expected positive sizes and "
+            "spacings (n_src may be 0: no RFI term)"
         )
     real = np.dtype(dtype)
     cplx = np.result_type(real, np.complex64)
@@ -184,14 +185,14 @@ def make_constants(
         raise ValueError(f"RFI correlation times must be finite and > 0 s; got {times}")
     mean = np.broadcast_to(np.asarray(mean, dtype=np.complex128), shape)
     n_f, half_f = _fourier.gaussian_lattice(
-        n_freq, chan_width, config.bandwidth_hz, config.cutoff, config.wrap_tolerance
+        n_freq, chan_spacing, config.bandwidth_hz, config.cutoff, config.wrap_tolerance
     )
     n_t, half_t, weight_time = _time_lattice(config, times, n_time, int_time)
     return RfiSignalConstants(
         dft_freq=jnp.asarray(_fourier.dft_matrix(n_freq, n_f, half_f), cplx),
         dft_time=jnp.asarray(_fourier.dft_matrix(n_time, n_t, half_t), cplx),
         weight_freq=jnp.asarray(
-            _fourier.gaussian_weights(n_f, chan_width, half_f, config.bandwidth_hz), real
+            _fourier.gaussian_weights(n_f, chan_spacing, half_f, config.bandwidth_hz), real
         ),
         weight_time=jnp.asarray(weight_time, real),
         scale=jnp.asarray(scale, real),

@@ -287,14 +287,18 @@ def make_group_tables(
     config: RfiVisConfig,
     dtype,
     view=None,
+    chan_spacing: float | None = None,
 ) -> GroupTables:
     """The tables and indices of one group (host side). rows: (n_rows,) output rows; view:
     None, or (n_src, n_time, 2) the part of each integration in which each source is in view,
-    in x = 2 tau / int_time (``satellites.satellite_view``)."""
+    in x = 2 tau / int_time (``satellites.satellite_view``). The fine samples lie across a
+    channel's width ``chan_width`` (Hz); the signal is interpolated to them from the channel
+    centres, ``chan_spacing`` apart (Hz; None: the width, channels side by side)."""
     chan_mhz = chan_width * 1e-6
+    spacing_mhz = chan_mhz if chan_spacing is None else chan_spacing * 1e-6
     dnu_mhz, freq_scale = _fine_samples(chan_mhz, spec.n_freq_samples, config.sampling)
     w_freq, start_freq = ri_kernels.lagrange_stencils(
-        n_freq, dnu_mhz / chan_mhz, min(config.freq_stencil, n_freq)
+        n_freq, dnu_mhz / spacing_mhz, min(config.freq_stencil, n_freq)
     )
     w_freq = w_freq * freq_scale
     stencil = min(config.time_stencil, n_time)

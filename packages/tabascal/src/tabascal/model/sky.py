@@ -9,8 +9,8 @@ with a separable power spectrum w_f[b, k]^2 w_t[b, j]^2, each factor normalised 
 kept modes, so the prior variance E|V - mean|^2 is exactly scale[b]^2 in every cell.
 
 * **Frequency**: flat up to a per-baseline delay knee and Gaussian beyond, in delay
-  eta = k / (N_f chan_width) (``_fourier.edge_spectrum``): knee[b] = max(knee_factor
-  delay_s[b], 1 / (4 n_freq chan_width)), roll-off std rolloff * knee[b]. A source within the
+  eta = k / (N_f chan_spacing) (``_fourier.edge_spectrum``): knee[b] = max(knee_factor
+  delay_s[b], 1 / (4 n_freq chan_spacing)), roll-off std rolloff * knee[b]. A source within the
   field reaches the baseline's two antennas at most delay_s[b] apart (``geometry.max_sky_delay_s``),
   so its visibility winds at most that many cycles per Hz. With ``bandwidth_hz`` set instead,
   every baseline shares the Gaussian kernel exp(-dnu^2 / (2 bandwidth_hz^2)), spectrum
@@ -142,7 +142,7 @@ class SkyGrid(NamedTuple):
 
     n_freq: int
     n_time: int
-    chan_width: float  # Hz
+    chan_spacing: float  # Hz, the step between channel centres
     int_time: float  # s
     n_freq_padded: int
     n_time_padded: int
@@ -259,7 +259,7 @@ def _own_half_widths(config, knee, n_padded, delta, half_width) -> np.ndarray:
 def _knees(config, grid: SkyGrid, rate, delay):
     """The knees (time, frequency; frequency None with ``bandwidth_hz``) of some baselines."""
     knee_t = _knee(config, rate, grid.n_time, grid.int_time)
-    knee_f = None if delay is None else _knee(config, delay, grid.n_freq, grid.chan_width)
+    knee_f = None if delay is None else _knee(config, delay, grid.n_freq, grid.chan_spacing)
     return knee_t, knee_f
 
 
@@ -268,7 +268,7 @@ def _own_box(config, grid: SkyGrid, knee_t, knee_f) -> tuple[np.ndarray, np.ndar
     half_t = _own_half_widths(config, knee_t, grid.n_time_padded, grid.int_time, grid.half_time)
     if knee_f is None:  # one Gaussian kernel in frequency: every baseline keeps the whole box
         return np.full(knee_t.size, grid.half_freq), half_t
-    half_f = _own_half_widths(config, knee_f, grid.n_freq_padded, grid.chan_width, grid.half_freq)
+    half_f = _own_half_widths(config, knee_f, grid.n_freq_padded, grid.chan_spacing, grid.half_freq)
     return half_f, half_t
 
 
@@ -347,7 +347,7 @@ def make_grid(
     fringe_rate_hz,
     n_freq: int,
     n_time: int,
-    chan_width: float,
+    chan_spacing: float,
     int_time: float,
     *,
     delay_s=None,
@@ -359,24 +359,26 @@ def make_grid(
     them, not one block: the padding follows the smallest knee, the largest box the largest
     knee and the groups' boxes every baseline's own (``group_boxes``).
     delay_s may be None when ``config.bandwidth_hz`` is set.
-    chan_width: channel spacing (Hz); int_time: integration time (s).
+    chan_spacing: the step between channel centres (Hz; ``ObservationMeta.chan_spacing``,
+    wider than a channel where the data were decimated in frequency); int_time: integration
+    time (s).
     """
     rate, delay = _check_bounds(config, fringe_rate_hz, delay_s)
-    if n_freq < 1 or n_time < 1 or not (chan_width > 0 and int_time > 0):
+    if n_freq < 1 or n_time < 1 or not (chan_spacing > 0 and int_time > 0):
         raise ValueError(
-            f"sky grid: n_freq={n_freq}, n_time={n_time}, chan_width={chan_width}, "
+            f"sky grid: n_freq={n_freq}, n_time={n_time}, chan_spacing={chan_spacing}, "
             f"int_time={int_time}; expected positive sizes and spacings"
         )
     if delay is None:
         n_f, half_f = _fourier.gaussian_lattice(
-            n_freq, chan_width, config.bandwidth_hz, config.cutoff, config.wrap_tolerance, n_freq
+            n_freq, chan_spacing, config.bandwidth_hz, config.cutoff, config.wrap_tolerance, n_freq
         )
     else:
         n_f, half_f = _edge_lattice(
-            config, _knee(config, delay, n_freq, chan_width), n_freq, chan_width
+            config, _knee(config, delay, n_freq, chan_spacing), n_freq, chan_spacing
         )
     n_t, half_t = _edge_lattice(config, _knee(config, rate, n_time, int_time), n_time, int_time)
-    grid = SkyGrid(n_freq, n_time, float(chan_width), float(int_time), n_f, n_t, half_f, half_t)
+    grid = SkyGrid(n_freq, n_time, float(chan_spacing), float(int_time), n_f, n_t, half_f, half_t)
     own = _own_box(config, grid, *_knees(config, grid, rate, delay))
     boxes = group_boxes(*own, config.groups)
     # A box whose members an earlier one holds is dropped.
@@ -428,12 +430,12 @@ def make_constants(
         rows = np.flatnonzero(labels == g)
         if knee_f is None:
             weight_freq = _fourier.gaussian_weights(
-                grid.n_freq_padded, grid.chan_width, half_f, config.bandwidth_hz
+                grid.n_freq_padded, grid.chan_spacing, half_f, config.bandwidth_hz
             )
             weight_freq = np.broadcast_to(weight_freq, (rows.size, weight_freq.size))
         else:
             weight_freq = _edge_weights(
-                config, knee_f[rows], grid.n_freq_padded, grid.chan_width, half_f
+                config, knee_f[rows], grid.n_freq_padded, grid.chan_spacing, half_f
             )
         weight_time = _edge_weights(config, knee_t[rows], grid.n_time_padded, grid.int_time, half_t)
         groups.append(

@@ -64,7 +64,16 @@ SCHEMA = Section(
                 "int_time_s": Option(float, 2.0, "integration time", "s", 0.01, 3600.0),
                 "n_freq": Option(int, 4, "channels", min=1),
                 "freq_start_hz": Option(float, 150e6, "centre of the first channel", "Hz", 1e6),
-                "chan_width_hz": Option(float, 100e3, "channel width and spacing", "Hz", 1.0),
+                "chan_width_hz": Option(float, 100e3, "channel width", "Hz", 1.0),
+                "chan_spacing_hz": Option(
+                    float,
+                    None,
+                    "step between channel centres, at least the width (channels selected or "
+                    "decimated in frequency); null: the width, channels side by side",
+                    "Hz",
+                    1.0,
+                    nullable=True,
+                ),
                 "ra_deg": Option(
                     float,
                     None,
@@ -279,6 +288,14 @@ def simulation_config(
         raise ConfigError("config key 'array.file' must name a layout file when layout is 'file'")
     if config["sky"]["flux_max_jy"] < config["sky"]["flux_min_jy"]:
         raise ConfigError("config key 'sky.flux_max_jy' must be at least sky.flux_min_jy")
+    obs = config["observation"]
+    if obs["chan_spacing_hz"] is not None and obs["chan_spacing_hz"] < obs["chan_width_hz"]:
+        raise ConfigError(
+            f"config key 'observation.chan_spacing_hz' = {obs['chan_spacing_hz']:g} Hz is less "
+            f"than the channel width observation.chan_width_hz = {obs['chan_width_hz']:g} Hz: "
+            "the channels would overlap; give a spacing of at least the width, or null for "
+            "channels side by side"
+        )
     return config
 
 

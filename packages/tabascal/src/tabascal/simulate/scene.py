@@ -127,7 +127,8 @@ def _sky(cfg: dict, seed: int, ra0, dec0, dish_m, freqs_hz) -> SkyModel:
 def _noise(cfg: dict, seed: int, n_ant: int, a1, a2, freqs_hz):
     """The noise std (a scalar, (n_bl,) with an SEFD spread, (n_bl, n_freq) with a spectral
     index) and the stations' SEFDs (n_ant,): the radiometer equation, sigma = sqrt(SEFD_p
-    SEFD_q) / sqrt(2 chan_width int_time), with SEFD(f) = SEFD (f / f_centre)^index."""
+    SEFD_q) / sqrt(2 chan_width int_time), with SEFD(f) = SEFD (f / f_centre)^index: the
+    width, not the spacing, is the bandwidth each channel's samples integrate."""
     sefd = cfg["sefd_jy"] * np.exp(cfg["sefd_spread"] * _rng(seed, STREAM_NOISE).normal(size=n_ant))
     scale = 1 / np.sqrt(2 * cfg["chan_width_hz"] * cfg["int_time_s"])
     index = cfg["sefd_spectral_index"]
@@ -154,7 +155,8 @@ def build_scene(config: dict) -> Scene:
     epoch = epoch.replace(tzinfo=UTC) if epoch.tzinfo is None else epoch.astimezone(UTC)
     gast0 = geo.greenwich_sidereal_angle(epoch)
     times_s = (np.arange(obs["n_time"]) + 0.5) * obs["int_time_s"]
-    freqs_hz = obs["freq_start_hz"] + obs["chan_width_hz"] * np.arange(obs["n_freq"])
+    spacing = obs["chan_width_hz"] if obs["chan_spacing_hz"] is None else obs["chan_spacing_hz"]
+    freqs_hz = obs["freq_start_hz"] + spacing * np.arange(obs["n_freq"])
     if (obs["ra_deg"] is None) != (obs["dec_deg"] is None):
         raise SimulationError("observation.ra_deg and dec_deg must both be given or both null")
     if obs["ra_deg"] is None:

@@ -35,6 +35,8 @@ FLAGGABLE = ("vis", "flags")
 # Arrays of an older store (no EVERY_CHUNK_ATTR) whose absent chunks are taken as damage: the
 # others may have been left out for holding the fill value only (all-flagged flags, zero truth).
 OLDER_STORE_CHECKED = ("vis", "noise")
+# Allowed relative jitter of channel widths and of the steps between channel centres.
+CHANNEL_RTOL = 1e-6
 SCALAR_ATTRS = ("gast0_rad", "int_time", "chan_width", "ra_rad", "dec_rad", "dish_diameter_m")
 CHUNK_BYTES = 16 * 2**20  # target size of one vis chunk
 TRUTH_PER_ANTENNA = (
@@ -79,7 +81,9 @@ class ObservationMeta:
 
     a1, a2: (n_bl,) int32. ant_itrf: (n_ant, 3) float64 m. dish_diameter_m: station diameter.
     times_s: (n_time,) cell centres, s from the start. int_time: s. freqs_hz: (n_freq,) channel
-    centres. chan_width: Hz. gast0_rad: Greenwich sidereal angle at the start; epoch_utc: the
+    centres, ascending and evenly spaced (``chan_spacing``). chan_width: each channel's width
+    (Hz), at most the spacing: channels selected or decimated in frequency are narrower than
+    their spacing. gast0_rad: Greenwich sidereal angle at the start; epoch_utc: the
     start, ISO 8601. ra_rad, dec_rad: phase centre. orbits: the satellites (CircularOrbits or
     tabascal.observation.tle.TleOrbits; none is ``CircularOrbits([], [], [], [])``). metadata:
     JSON dict.
@@ -115,6 +119,20 @@ class ObservationMeta:
     @property
     def n_time(self) -> int:
         return self.times_s.shape[0]
+
+    @property
+    def chan_spacing(self) -> float:
+        """The step between channel centres (Hz): ``chan_width`` for one channel or for
+        channels side by side (centres within ``CHANNEL_RTOL`` of one width apart, so that
+        contiguous channels give the width itself, bit for bit), else the centres' mean step.
+        The frequency grid of the model's priors is spaced by it; smearing within a channel
+        and the noise follow ``chan_width``."""
+        if self.n_freq < 2:
+            return self.chan_width
+        step = float(self.freqs_hz[-1] - self.freqs_hz[0]) / (self.n_freq - 1)
+        if abs(step - self.chan_width) <= CHANNEL_RTOL * self.chan_width:
+            return self.chan_width
+        return step
 
     @property
     def n_sat(self) -> int:

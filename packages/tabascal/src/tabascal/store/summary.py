@@ -44,6 +44,7 @@ class ObservationSummary:
     freq_min_hz: float
     freq_max_hz: float
     chan_width: float
+    chan_spacing: float
     int_time: float
     epoch_utc: str
     ra_deg: float
@@ -114,6 +115,7 @@ def summarize(
         freq_min_hz=float(meta.freqs_hz.min()),
         freq_max_hz=float(meta.freqs_hz.max()),
         chan_width=meta.chan_width,
+        chan_spacing=meta.chan_spacing,
         int_time=meta.int_time,
         epoch_utc=meta.epoch_utc,
         ra_deg=float(np.rad2deg(meta.ra_rad)),
@@ -139,6 +141,8 @@ def summary_lines(s: ObservationSummary) -> list[str]:
         else (f"{s.noise_min:.4g} to {s.noise_max:.4g} Jy ({varies})")
     )
 
+    every = "" if s.chan_spacing == s.chan_width else f" every {s.chan_spacing / 1e3:g} kHz"
+
     def level(rms):
         return f"{rms:10.4g} Jy  ({rms / s.noise_max:.3g} x noise)"
 
@@ -146,7 +150,7 @@ def summary_lines(s: ObservationSummary) -> list[str]:
         f"{s.path}",
         f"  stations      {s.n_ant} of {s.dish_diameter_m:g} m; {s.n_bl} baselines, longest "
         f"{s.longest_baseline_m / 1e3:.3g} km; {s.chunk_rows} baselines per chunk",
-        f"  channels      {s.n_freq} x {s.chan_width / 1e3:g} kHz, centres "
+        f"  channels      {s.n_freq} x {s.chan_width / 1e3:g} kHz{every}, centres "
         f"{s.freq_min_hz / 1e6:.6g} to {s.freq_max_hz / 1e6:.6g} MHz",
         f"  integrations  {s.n_time} x {s.int_time:g} s from {s.epoch_utc}",
         f"  phase centre  RA {s.ra_deg:.4f} deg, Dec {s.dec_deg:.4f} deg",
