@@ -6,7 +6,7 @@ RFI-free twin.
     python benchmarks/science.py --twins-only --config sky.yaml   # the sky model's floor alone
 
 Each scenario is a simulation config over the demo preset. It is simulated twice with the same
-seed: as written, and as its RFI-free twin (no satellites; the noise, flags, sky and gains come
+seed: as written, and as its RFI-free twin (no emitters; the noise, flags, sky and gains come
 from their own random streams, so they are the same draws). Both are fitted as ``tabascal run``
 does with the default configuration (``--steps``, where given, sets the first phase's steps,
 which the second phase and the polish follow where they follow it; the twin's model has no
@@ -140,12 +140,13 @@ def simulate_scenario(case: tuple[str, dict], store: Path) -> None:
 
 
 def twin_of(case: tuple[str, dict]) -> tuple[str, dict]:
-    """The RFI-free twin of ``case``: the same seed with no satellites, so the same noise,
-    flags, sky and gains (each from its own random stream)."""
+    """The RFI-free twin of ``case``: the same seed with no satellites, ground transmitters or
+    aircraft, so the same noise, flags, sky and gains (each from its own random stream)."""
     from tabascal.config import merge
 
     preset, overrides = case
-    return preset, merge(overrides, {"satellites": {"count": 0, "orbits": []}})
+    nothing = {"satellites": {"count": 0, "orbits": []}, "emitters": {"ground": [], "aircraft": []}}
+    return preset, merge(overrides, nothing)
 
 
 def visibilities(store: Path) -> int:

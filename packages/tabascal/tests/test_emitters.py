@@ -311,3 +311,73 @@ def test_bad_track_files_are_refused_naming_the_line(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(em.EmitterFileError, match=message):
         em.read_tracks(path, EPOCH, GAST0)
+
+
+def _scene(overrides):
+    from tabascal.simulate.presets import simulation_config
+    from tabascal.simulate.scene import build_scene
+
+    return build_scene(simulation_config("demo", overrides))
+
+
+TOWER = {"name": "TX", "lat_deg": -26.70, "lon_deg": 116.90, "height_m": 500.0}
+FLIGHT = {
+    "name": "AC",
+    "lat_deg": -26.95,
+    "lon_deg": 116.79,
+    "altitude_m": 10e3,
+    "heading_deg": 30.0,
+    "speed_m_s": 230.0,
+}
+
+
+def test_a_simulated_flight_is_straight_level_and_at_its_speed():
+    from tabascal.simulate.satellites import straight_flight
+
+    track = straight_flight(FLIGHT, 120.0)
+    height = geo.itrf_to_geodetic(track.itrf)[2]
+    # Level to 1.9e-9 m, and starting where it is told. The flight follows a great circle on a
+    # sphere, so its course and speed measured on the WGS84 ellipsoid are off by what the two
+    # shapes differ here: 2.3e-3 rad (geocentric against geodetic north) and -0.33%.
+    np.testing.assert_allclose(height, 10e3, rtol=0, atol=2e-7)
+    start = geo.geodetic_to_itrf(np.deg2rad(-26.95), np.deg2rad(116.79), 10e3)
+    np.testing.assert_allclose(track.itrf_at([0.0])[0, 0], start, rtol=0, atol=1e-6)
+    lat0, lon0 = np.deg2rad(-26.95), np.deg2rad(116.79)
+    east = np.array([-np.sin(lon0), np.cos(lon0), 0.0])
+    north = np.array([-np.sin(lat0) * np.cos(lon0), -np.sin(lat0) * np.sin(lon0), np.cos(lat0)])
+    step = track.itrf_at([1.0])[0, 0] - start
+    course = np.arctan2(step @ east, step @ north)
+    assert abs(course - np.deg2rad(30.0)) < 5e-3, np.rad2deg(course)
+    speed = np.linalg.norm(np.diff(track.itrf, axis=0), axis=1)
+    np.testing.assert_allclose(speed, 230.0, rtol=7e-3)
+
+
+def test_the_simulator_adds_emitters_after_the_satellites_leaving_their_draws():
+    alone = _scene({})
+    both = _scene({"emitters": {"ground": [TOWER], "aircraft": [FLIGHT]}})
+    assert both.meta.orbits.kinds == ("satellite", "satellite", "ground", "aircraft")
+    assert [both.meta.orbits.label(s) for s in (2, 3)] == ["TX", "AC"]
+    np.testing.assert_array_equal(both.rfi.eirp_w_hz[:2], alone.rfi.eirp_w_hz)
+    np.testing.assert_array_equal(both.rfi.phase[:2], alone.rfi.phase)
+    np.testing.assert_array_equal(
+        both.meta.orbits.inertial(TIMES)[:, :2], alone.meta.orbits.inertial(TIMES)
+    )
+    np.testing.assert_allclose(both.rfi.eirp_w_hz[2:], 10 ** (np.array([-120.0, -100.0]) / 10))
+
+
+def test_an_orbit_error_displaces_the_satellites_alone():
+    from tabascal.simulate.simulation import handed_meta
+
+    scene = _scene({"emitters": {"ground": [TOWER], "aircraft": [FLIGHT]}})
+    error = {"time_offset_s": 2.0, "radial_m": 100.0, "in_track_m": 0.0, "cross_track_m": 0.0}
+    handed = handed_meta(scene.meta, error).orbits.inertial(TIMES)
+    true = scene.meta.orbits.inertial(TIMES)
+    assert np.all(np.linalg.norm(handed[0, :2] - true[0, :2], axis=-1) > 100.0)
+    np.testing.assert_array_equal(handed[0, 2:], true[0, 2:])
+
+
+def test_simulator_emitter_names_must_be_unique():
+    from tabascal.simulate.satellites import SimulationError
+
+    with pytest.raises(SimulationError, match="emitter names must be unique"):
+        _scene({"emitters": {"ground": [TOWER], "aircraft": [{**FLIGHT, "name": "TX"}]}})

@@ -28,6 +28,30 @@ ORBIT = Section(
     },
 )
 
+GROUND = Section(
+    "one ground transmitter at a fixed position (a broadcast tower, a base station)",
+    {
+        "name": Option(str, "TX", "name shown by inspect"),
+        "lat_deg": Option(float, 0.0, "WGS84 latitude", "deg", -90.0, 90.0),
+        "lon_deg": Option(float, 0.0, "WGS84 longitude", "deg", -180.0, 360.0),
+        "height_m": Option(float, 0.0, "WGS84 height of the antenna", "m"),
+        "eirp_dbw_hz": Option(float, -120.0, "EIRP spectral density towards the array", "dB(W/Hz)"),
+    },
+)
+
+AIRCRAFT = Section(
+    "one aircraft in straight, level flight along a great circle",
+    {
+        "name": Option(str, "AC", "name shown by inspect"),
+        "lat_deg": Option(float, 0.0, "WGS84 latitude at the start", "deg", -90.0, 90.0),
+        "lon_deg": Option(float, 0.0, "WGS84 longitude at the start", "deg", -180.0, 360.0),
+        "altitude_m": Option(float, 10_000.0, "WGS84 height", "m", 0.0),
+        "heading_deg": Option(float, 0.0, "course, clockwise from north", "deg"),
+        "speed_m_s": Option(float, 230.0, "speed along the track", "m/s", 0.0),
+        "eirp_dbw_hz": Option(float, -100.0, "EIRP spectral density towards the array", "dB(W/Hz)"),
+    },
+)
+
 SOURCE = Section(
     "one point source",
     {
@@ -207,6 +231,15 @@ SCHEMA = Section(
                         "cross_track_m": Option(float, 0.0, "cross-track position offset", "m"),
                     },
                 ),
+            },
+        ),
+        "emitters": Section(
+            "emitters beside the satellites whose paths are known: their emission's spectrum "
+            "and slow variations are set as the satellites' (satellites.spectral_index, "
+            "variation, variation_period_s)",
+            {
+                "ground": Option(list, [], "ground transmitters", items=GROUND),
+                "aircraft": Option(list, [], "aircraft", items=AIRCRAFT),
             },
         ),
         "gains": Section(

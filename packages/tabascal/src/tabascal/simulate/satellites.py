@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tabascal import TabascalError
+from tabascal.observation import emitters
 from tabascal.observation import geometry as geo
 
 # Circular-orbit shells: altitude (m), inclination (deg). GNSS values are the constellations'
@@ -31,6 +32,7 @@ ORBIT_KINDS = {
 
 MAX_DRAWS = 2000
 STREAM_SATELLITES = 2  # random stream of numpy.random.default_rng([seed, stream])
+STREAM_EMITTERS = 7  # the ground transmitters' and aircraft's emission
 
 
 class SimulationError(TabascalError, ValueError):
@@ -214,4 +216,71 @@ def _emission(rng, cfg: dict, eirp_db, ref_freq_hz) -> RfiEmission:
         amp=cfg["variation"] * weights,
         period_s=cfg["variation_period_s"] * (1 + 3 * rng.uniform(size=(n_sat, n_terms))),
         phase=rng.uniform(0, 2 * np.pi, (n_sat, n_terms)),
+    )
+
+
+#: How often a simulated aircraft's track is sampled (s), as ADS-B positions come.
+TRACK_STEP_S = 1.0
+
+
+def straight_flight(given: dict, duration_s: float) -> emitters.Track:
+    """The track of an aircraft in straight, level flight (``emitters.aircraft``'s entry
+    ``given``): from its position at the start along the great circle of its heading at its
+    speed and altitude, sampled every ``TRACK_STEP_S`` from one sample before the start to
+    one after the end."""
+    lat0, lon0 = np.deg2rad(given["lat_deg"]), np.deg2rad(given["lon_deg"])
+    heading = np.deg2rad(given["heading_deg"])
+    times = np.arange(-TRACK_STEP_S, duration_s + 2 * TRACK_STEP_S, TRACK_STEP_S)
+    # Destination on a sphere of the Earth's radius: the angle travelled, then the standard
+    # great-circle formulae.
+    angle = given["speed_m_s"] * times / (geo.R_EARTH + given["altitude_m"])
+    lat = np.arcsin(np.sin(lat0) * np.cos(angle) + np.cos(lat0) * np.sin(angle) * np.cos(heading))
+    lon = lon0 + np.arctan2(
+        np.sin(heading) * np.sin(angle) * np.cos(lat0), np.cos(angle) - np.sin(lat0) * np.sin(lat)
+    )
+    return emitters.Track.from_geodetic(times, lat, lon, np.full(times.size, given["altitude_m"]))
+
+
+def place_emitters(cfg: dict, seed: int, gast0_rad, duration_s, ref_freq_hz, emission_cfg):
+    """The ground transmitters and aircraft of ``cfg`` (the ``emitters`` section) and their
+    emission, its spectrum and slow variations set as the satellites' (``emission_cfg``, the
+    ``satellites`` section) but drawn from their own random stream, so that adding them leaves
+    the satellites' draws as they were. Returns (GroundEmitters or None, AircraftTracks or None,
+    RfiEmission or None)."""
+    ground_cfg, aircraft_cfg = cfg["ground"], cfg["aircraft"]
+    names = [g["name"] for g in ground_cfg] + [a["name"] for a in aircraft_cfg]
+    if len(set(names)) != len(names):
+        raise SimulationError(f"emitter names must be unique, got {names}")
+    ground = aircraft = None
+    if ground_cfg:
+        ground = emitters.GroundEmitters(
+            np.deg2rad([g["lat_deg"] for g in ground_cfg]),
+            np.deg2rad([g["lon_deg"] for g in ground_cfg]),
+            [g["height_m"] for g in ground_cfg],
+            gast0_rad,
+            names=[g["name"] for g in ground_cfg],
+        )
+    if aircraft_cfg:
+        tracks = [straight_flight(a, duration_s) for a in aircraft_cfg]
+        aircraft = emitters.AircraftTracks(
+            tracks, gast0_rad, names=[a["name"] for a in aircraft_cfg]
+        )
+    if not names:
+        return None, None, None
+    eirp_db = [g["eirp_dbw_hz"] for g in ground_cfg] + [a["eirp_dbw_hz"] for a in aircraft_cfg]
+    rng = np.random.default_rng([seed, STREAM_EMITTERS])
+    return ground, aircraft, _emission(rng, emission_cfg, eirp_db, ref_freq_hz)
+
+
+def joined_emission(first: RfiEmission, second: RfiEmission | None) -> RfiEmission:
+    """The emission of two sets of emitters, in order (``first`` alone when ``second`` is
+    None)."""
+    if second is None:
+        return first
+    return RfiEmission(
+        **{
+            f: np.concatenate([getattr(first, f), getattr(second, f)])
+            for f in ("eirp_w_hz", "spectral_index", "amp", "period_s", "phase")
+        },
+        ref_freq_hz=first.ref_freq_hz,
     )

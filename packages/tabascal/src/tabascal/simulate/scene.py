@@ -12,10 +12,17 @@ from datetime import UTC, datetime
 import numpy as np
 
 from tabascal import __version__
+from tabascal.observation import emitters
 from tabascal.observation import geometry as geo
 from tabascal.observation.beam import first_null_rad
 from tabascal.observation.stations import ArrayReference, read_layout, ska_low_like_itrf
-from tabascal.simulate.satellites import RfiEmission, SimulationError, place_satellites
+from tabascal.simulate.satellites import (
+    RfiEmission,
+    SimulationError,
+    joined_emission,
+    place_emitters,
+    place_satellites,
+)
 from tabascal.store import ObservationMeta
 
 JY = 1e-26  # W m^-2 Hz^-1
@@ -172,6 +179,10 @@ def build_scene(config: dict) -> Scene:
     orbits, rfi = place_satellites(
         config["satellites"], seed, ant_itrf, duration, gast0, ra, dec, ref_freq, epoch.isoformat()
     )
+    ground, aircraft, emission = place_emitters(
+        config["emitters"], seed, gast0, duration, ref_freq, config["satellites"]
+    )
+    orbits, rfi = emitters.join(orbits, ground, aircraft), joined_emission(rfi, emission)
     meta = ObservationMeta(
         a1=a1.astype(np.int32),
         a2=a2.astype(np.int32),

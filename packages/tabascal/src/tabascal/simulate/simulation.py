@@ -23,6 +23,7 @@ import numpy as np
 import zarr
 from tqdm import tqdm
 
+from tabascal.observation import emitters
 from tabascal.observation import geometry as geo
 from tabascal.observation.beam import beam_x, interpolate_voltage, voltage_table
 from tabascal.observation.orbit_offsets import OffsetOrbits
@@ -100,7 +101,7 @@ def _rfi_inputs(scene: Scene, times: np.ndarray):
     range_m, sin_off = geo.satellite_sightlines(m.ant_itrf, m.orbits, flat, *args)
     eirp = scene.rfi.eirp_w_hz[:, None] * scene.rfi.time_factor(flat)  # (s, t)
     # Below the horizon the Earth is in the way.
-    up = geo.satellite_elevation(m.ant_itrf, m.orbits, flat, m.gast0_rad) > 0  # (s, t)
+    up = emitters.visible(m.ant_itrf, m.orbits, flat, m.gast0_rad, 0.0)  # (s, t)
     amp0 = np.sqrt(eirp[None] / (4 * np.pi * range_m**2) / JY) * up[None]
     shape = (m.n_ant, m.n_sat, *times.shape)
     return tuple(np.moveaxis(a.reshape(shape), 2, 0) for a in (amp0, tau, sin_off))
@@ -246,11 +247,14 @@ def simulate(config: dict, output, *, overwrite: bool = False, progress: bool = 
 
 def handed_meta(meta, orbit_error: dict):
     """The metadata a fit is handed: ``meta`` with its orbits displaced by ``orbit_error`` (the
-    ``satellites.orbit_error`` section), or ``meta`` itself when every offset is zero."""
+    ``satellites.orbit_error`` section), or ``meta`` itself when every offset is zero. Only
+    the satellites are displaced: the other emitters' positions are handed as they are."""
     ric = [orbit_error["radial_m"], orbit_error["in_track_m"], orbit_error["cross_track_m"]]
     if meta.n_sat == 0 or (orbit_error["time_offset_s"] == 0 and not any(ric)):
         return meta
-    orbits = OffsetOrbits(meta.orbits, [orbit_error["time_offset_s"]], ric)
+    satellite = np.array(emitters.kinds(meta.orbits)) == "satellite"
+    dt = np.where(satellite, orbit_error["time_offset_s"], 0.0)
+    orbits = OffsetOrbits(meta.orbits, dt, satellite[:, None] * np.array(ric, np.float64))
     return dataclasses.replace(meta, orbits=orbits)
 
 
