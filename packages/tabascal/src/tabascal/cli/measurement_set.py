@@ -180,6 +180,8 @@ def _import_ms(args: argparse.Namespace) -> int:
             field=args.field,
             tle_file=args.tle,
             satellites=args.satellites or None,
+            ground_file=args.ground,
+            aircraft_file=args.aircraft,
             ut1_utc_s=args.ut1_utc,
             time_tolerance=args.time_tolerance,
             channels=args.channels,
@@ -279,6 +281,19 @@ def add_import_ms(subparsers) -> None:
         nargs="+",
         metavar="N",
         help="catalogue numbers of the satellites in --tle [default: all in the file]",
+    )
+    parser.add_argument(
+        "--ground",
+        metavar="FILE",
+        help="CSV of ground transmitters: a header naming name, lat_deg, lon_deg, height_m "
+        "(WGS84), then one transmitter a line",
+    )
+    parser.add_argument(
+        "--aircraft",
+        metavar="FILE",
+        help="CSV of aircraft tracks as ADS-B decoders write them: a header naming time (ISO "
+        "8601 UTC or Unix seconds), lat, lon, a height (height_m, geoaltitude or alt_ft) and "
+        "optionally the aircraft (callsign, icao24), then one position a line",
     )
     parser.add_argument(
         "--ut1-utc",

@@ -4,6 +4,7 @@ satellites, and the record of how it was read (``metadata['measurement_set']``);
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from pathlib import Path
@@ -13,6 +14,7 @@ import numpy as np
 from tabascal.measurement_set import frames
 from tabascal.measurement_set.correlations import CorrelationPlan, correlation_names
 from tabascal.measurement_set.selection import MsError, MsSelection, subtable
+from tabascal.observation import emitters
 from tabascal.observation import geometry as geo
 from tabascal.observation.tle import TleOrbits, load_tle_orbits
 from tabascal.store import ObservationMeta
@@ -24,7 +26,27 @@ METADATA_KEYWORD = "TABASCAL_METADATA"
 
 
 def orbits_from_keyword(record: dict, epoch_utc: str, gast0_rad: float):
-    """Orbits stored by :func:`tabascal.measurement_set.write_measurement_set`."""
+    """Orbits stored by :func:`tabascal.measurement_set.write_measurement_set`: the
+    satellites, joined by the ground transmitters and aircraft where the record holds them."""
+    satellites = _satellites_from_keyword(record, epoch_utc, gast0_rad)
+    ground = aircraft = None
+    if "ground" in record:
+        g = record["ground"]
+        fields = {
+            f: np.asarray(g[f], np.float64).reshape(-1) for f in ("lat_rad", "lon_rad", "height_m")
+        }
+        ground = emitters.GroundEmitters(**fields, gast0_rad=gast0_rad, names=list(g["names"]))
+    if "aircraft" in record:
+        a = record["aircraft"]
+        starts = np.asarray(a["track_start"], np.int64).reshape(-1)
+        times = np.asarray(a["times_s"], np.float64).reshape(-1)
+        itrf = np.asarray(a["itrf"], np.float64).reshape(-1, 3)
+        tracks = [emitters.Track(times[i:j], itrf[i:j]) for i, j in itertools.pairwise(starts)]
+        aircraft = emitters.AircraftTracks(tracks, gast0_rad, names=list(a["names"]))
+    return emitters.join(satellites, ground, aircraft)
+
+
+def _satellites_from_keyword(record: dict, epoch_utc: str, gast0_rad: float):
     names = tuple(record["names"]) if "names" in record else None
     if record["kind"] == "tle":
         return TleOrbits(
@@ -75,15 +97,28 @@ def _phase_centre(tables, path: Path, field: int, ant_itrf, epoch, gast0: float,
     return ra, dec, record
 
 
-def _orbits(keywords: dict, orbits, tle_file, satellites, ut1_utc_s, epoch, gast0: float):
-    """Given orbits, else those of the TLE file, else those tabascal stored, else none."""
+def _orbits(keywords: dict, orbits, files: dict, satellites, ut1_utc_s, epoch, gast0, times_s):
+    """Given orbits, else: the satellites of the TLE file (``files["tle"]``), the ground
+    transmitters and aircraft of their files (``files["ground"]``, ``files["aircraft"]``),
+    each kind where no file gives it from those tabascal stored, else none."""
     if orbits is not None:
         return orbits
-    if tle_file is not None:
-        return load_tle_orbits(tle_file, satellites, epoch, gast0_rad=gast0, ut1_utc_s=ut1_utc_s)
+    stored = (None, None, None)
     if ORBITS_KEYWORD in keywords:
-        return orbits_from_keyword(keywords[ORBITS_KEYWORD], epoch.isoformat(), gast0)
-    return geo.CircularOrbits([], [], [], [])
+        stored = emitters.split(
+            orbits_from_keyword(keywords[ORBITS_KEYWORD], epoch.isoformat(), gast0)
+        )
+    sats, ground, aircraft = stored
+    if files.get("tle") is not None:
+        sats = load_tle_orbits(
+            files["tle"], satellites, epoch, gast0_rad=gast0, ut1_utc_s=ut1_utc_s
+        )
+    if files.get("ground") is not None:
+        ground = emitters.read_ground(files["ground"], gast0)
+    if files.get("aircraft") is not None:
+        aircraft = emitters.read_tracks(files["aircraft"], epoch.isoformat(), gast0, times_s)
+    sats = geo.CircularOrbits([], [], [], []) if sats is None else sats
+    return emitters.join(sats, ground, aircraft)
 
 
 def read_meta(
@@ -98,6 +133,8 @@ def read_meta(
     tle_file,
     satellites,
     ut1_utc_s: float,
+    ground_file=None,
+    aircraft_file=None,
 ) -> ObservationMeta:
     """The metadata of selection ``sel`` of the open main table ``ms`` read as data column
     ``column`` with correlation ``plan``; the satellites as :class:`MeasurementSetReader`
@@ -109,6 +146,7 @@ def read_meta(
     t_mid = float(times_s[0] + times_s[-1]) / 2
     ra, dec, phase_dir = _phase_centre(tables, path, sel.field, ant_itrf, epoch, gast0, t_mid)
     keywords = ms.getkeywords()
+    files = {"tle": tle_file, "ground": ground_file, "aircraft": aircraft_file}
     metadata = json.loads(keywords.get(METADATA_KEYWORD, "{}"))
     reversed_ = [w.reversed for w in sel.windows]
     # The windows read and the range of their channels, as --spw and --channels select them
@@ -158,6 +196,6 @@ def read_meta(
         epoch_utc=epoch.isoformat(),
         ra_rad=ra,
         dec_rad=dec,
-        orbits=_orbits(keywords, orbits, tle_file, satellites, ut1_utc_s, epoch, gast0),
+        orbits=_orbits(keywords, orbits, files, satellites, ut1_utc_s, epoch, gast0, times_s),
         metadata=metadata,
     )

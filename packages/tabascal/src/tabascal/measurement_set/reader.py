@@ -111,10 +111,12 @@ class MeasurementSetReader:
     'YY', 'RR' or 'LL'. spw: the spectral window id, or several (a sequence of ids, or 'all')
     read side by side as one band: windows of equal channels, each beginning one channel
     spacing above where the one below ends (:mod:`.selection`). field: the field id. Each is
-    needed when the data hold several. orbits:
-    the satellites; or tle_file with satellites (catalogue numbers, None: all in the file) and
-    ut1_utc_s. time_tolerance: how far (in INTERVALs, at least 0.001 and below 0.5) a row's
-    TIME may lie from its integration of the grid (:mod:`.selection`). channels, times: slices
+    needed when the data hold several. orbits: the emitters; or tle_file with satellites
+    (catalogue numbers, None: all in the file) and ut1_utc_s, and ground_file and
+    aircraft_file (``observation.emitters.read_ground`` and ``read_tracks``): the ground
+    transmitters and aircraft tracks. time_tolerance: how far (in INTERVALs, at least 0.001
+    and below 0.5) a row's TIME may lie from its integration of the grid (:mod:`.selection`).
+    channels, times: slices
     (step 1) of the spectral window's channels (MS order; of several, the band's, ascending)
     and of the grid's integrations to read, None for all. noise: 'column' (the MS's noise
     column), 'estimate' (from the data), or None: the column unless it is a placeholder (see
@@ -138,6 +140,8 @@ class MeasurementSetReader:
         tle_file=None,
         satellites=None,
         ut1_utc_s: float = 0.0,
+        ground_file=None,
+        aircraft_file=None,
         time_tolerance: float = TIME_TOLERANCE,
         channels: slice | None = None,
         times: slice | None = None,
@@ -167,6 +171,8 @@ class MeasurementSetReader:
                 tle_file=tle_file,
                 satellites=satellites,
                 ut1_utc_s=ut1_utc_s,
+                ground_file=ground_file,
+                aircraft_file=aircraft_file,
             )
             self.stats = ReadStats(0, 0)
             self._choose_noise(noise)

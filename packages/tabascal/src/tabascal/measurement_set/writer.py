@@ -31,6 +31,7 @@ import numpy as np
 from tabascal.measurement_set import _casacore, frames
 from tabascal.measurement_set.correlations import STOKES_CODES
 from tabascal.measurement_set.reader import METADATA_KEYWORD, ORBITS_KEYWORD
+from tabascal.observation import emitters
 from tabascal.observation.tle import TleOrbits
 from tabascal.store import read_meta, read_observation, row_blocks, store_info
 from tabascal.store.writer import clear_leftovers, publish_folder, temporary_sibling
@@ -39,9 +40,27 @@ MEAS_FREQ_TOPO = 5  # casacore MFrequency::TOPO
 
 
 def orbits_keyword(orbits) -> dict | None:
-    """The TABASCAL_ORBITS record of ``orbits`` (None for no satellites)."""
+    """The TABASCAL_ORBITS record of ``orbits`` (None for no emitters): the satellites', and
+    under "ground" and "aircraft" those of the ground transmitters and aircraft tracks."""
     if orbits.n_sat == 0:
         return None
+    satellites, ground, aircraft = emitters.split(orbits)
+    record = _satellites_keyword(satellites)
+    if ground is not None:
+        names = [ground.label(s) for s in range(ground.n_sat)]
+        fields = {f: np.asarray(getattr(ground, f)) for f in ("lat_rad", "lon_rad", "height_m")}
+        record["ground"] = {**fields, "names": names}
+    if aircraft is not None:
+        record["aircraft"] = {
+            "times_s": np.concatenate([t.times_s for t in aircraft.tracks]),
+            "itrf": np.concatenate([t.itrf for t in aircraft.tracks]).reshape(-1),
+            "track_start": np.cumsum([0] + [t.times_s.size for t in aircraft.tracks]),
+            "names": [aircraft.label(s) for s in range(aircraft.n_sat)],
+        }
+    return record
+
+
+def _satellites_keyword(orbits) -> dict:
     record = {} if orbits.names is None else {"names": list(orbits.names)}
     if isinstance(orbits, TleOrbits):
         lines = {"line1": list(orbits.line1), "line2": list(orbits.line2)}
