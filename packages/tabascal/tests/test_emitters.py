@@ -245,6 +245,12 @@ def test_a_store_keeps_its_ground_transmitters_and_aircraft(tmp_path, antennas):
     ]
     # The positions as written, to the bit
     np.testing.assert_array_equal(meta.orbits.inertial(TIMES, 3), obs.orbits.inertial(TIMES, 3))
+    from tabascal.store import summarize, summary_lines
+
+    lines = summary_lines(summarize(tmp_path / "obs.zarr"))
+    assert "  satellites    2" in lines and "  other emitters 1 ground, 1 aircraft" in lines
+    tower = next(line for line in lines if "ground transmitter 0" in line)
+    assert "ground   at   0.15 km" in tower, tower
     satellites_only = em.split(obs.orbits)[0]
     write_observation(tmp_path / "sat.zarr", dataclasses.replace(obs, orbits=satellites_only))
     assert isinstance(read_meta(tmp_path / "sat.zarr").orbits, geo.CircularOrbits)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tabascal.observation import emitters
 from tabascal.observation import geometry as geo
 from tabascal.store.format import StoreVerification, row_blocks
 from tabascal.store.reader import StoreReader
@@ -18,12 +19,17 @@ from tabascal.store.reader import StoreReader
 
 @dataclass(frozen=True)
 class SatelliteSummary:
+    """One emitter: a satellite (its orbit's altitude and inclination), a ground transmitter
+    or an aircraft (``kind``; its height, at mid-observation for an aircraft, and no
+    inclination)."""
+
     name: str
     altitude_km: float
-    inclination_deg: float
+    inclination_deg: float | None
     elevation_min_deg: float
     elevation_max_deg: float
     eirp_dbw_hz: float | None  # mean over the grid, from the truth when present
+    kind: str = "satellite"
 
 
 @dataclass(frozen=True)
@@ -91,14 +97,17 @@ def summarize(
         geo.satellite_elevation(meta.ant_itrf, meta.orbits, meta.times_s, meta.gast0_rad)
     )
     o = meta.orbits
+    height_km, inclination_deg = _heights_and_inclinations(o, meta.times_s)
+    kinds = emitters.kinds(o)
     satellites = tuple(
         SatelliteSummary(
             name=o.label(s),
-            altitude_km=float(o.altitude_m[s] / 1e3),
-            inclination_deg=float(np.rad2deg(o.inclination_rad[s])),
+            altitude_km=height_km[s],
+            inclination_deg=inclination_deg[s],
             elevation_min_deg=float(el[s].min()) if el.size else float("nan"),
             elevation_max_deg=float(el[s].max()) if el.size else float("nan"),
             eirp_dbw_hz=None if eirp is None else float(10 * np.log10(eirp[s].mean())),
+            kind=kinds[s],
         )
         for s in range(o.n_sat)
     )
@@ -130,6 +139,25 @@ def summarize(
         satellites=satellites,
         noise_per_channel=info.noise_per_channel,
     )
+
+
+def _heights_and_inclinations(orbits, times_s) -> tuple[list[float], list[float | None]]:
+    """Each emitter's height (km: a satellite's orbit's altitude, another's WGS84 height, at
+    mid-observation for an aircraft) and inclination (deg; None but for satellites)."""
+    heights, inclinations = [], []
+    satellites, ground, aircraft = emitters.split(orbits)
+    heights += [float(h / 1e3) for h in satellites.altitude_m]
+    inclinations += [float(np.rad2deg(i)) for i in satellites.inclination_rad]
+    mid = np.asarray([float(np.median(times_s))]) if len(times_s) else np.zeros(1)
+    for part in (ground, aircraft):
+        if part is None:
+            continue
+        where = (
+            part.itrf if part is ground else np.stack([t.itrf_at(mid)[0, 0] for t in part.tracks])
+        )
+        heights += [float(h / 1e3) for h in geo.itrf_to_geodetic(where)[2]]
+        inclinations += [None] * part.n_sat
+    return heights, inclinations
 
 
 def summary_lines(s: ObservationSummary) -> list[str]:
@@ -166,11 +194,20 @@ def summary_lines(s: ObservationSummary) -> list[str]:
     lines.append(f"  data rms  {level(s.data_rms)}")
     if s.sky_rms is not None:
         lines += [f"  sky rms   {level(s.sky_rms)}", f"  RFI rms   {level(s.rfi_rms)}"]
-    lines.append(f"  satellites    {len(s.satellites)}")
+    others = [e for e in s.satellites if e.kind != "satellite"]
+    lines.append(f"  satellites    {len(s.satellites) - len(others)}")
+    if others:
+        counts = {k: sum(e.kind == k for e in others) for k in ("ground", "aircraft")}
+        lines.append(f"  other emitters {counts['ground']} ground, {counts['aircraft']} aircraft")
     for sat in s.satellites:
         eirp = "" if sat.eirp_dbw_hz is None else f", EIRP {sat.eirp_dbw_hz:.1f} dB(W/Hz)"
+        where = (
+            f"{sat.altitude_km:8.0f} km, incl {sat.inclination_deg:5.1f} deg"
+            if sat.kind == "satellite"
+            else f"{sat.kind:<8} at {sat.altitude_km:6.2f} km"
+        )
         lines.append(
-            f"    {sat.name:<14} {sat.altitude_km:8.0f} km, incl {sat.inclination_deg:5.1f} deg, "
+            f"    {sat.name:<14} {where}, "
             f"elevation {sat.elevation_min_deg:5.1f} to {sat.elevation_max_deg:5.1f} deg{eirp}"
         )
     return lines
