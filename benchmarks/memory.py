@@ -16,7 +16,9 @@ diagnostics, the optimisation step, the final prediction, the export).
 
 Each ``--phase-cache`` setting (``rfi.phase_cache``: the analytic groups' phase moments kept
 within ``rfi.phase_cache_mb`` per device, always, or formed at every step) is measured on the
-same model; the record says which groups kept theirs (``phase_cache``).
+same model; the record says which groups kept theirs (``phase_cache``). ``--config`` plans
+the fit of a run configuration's YAML (the RFI operator's options, say) in place of the
+defaults; the record keeps it (``config``).
 
 Reported per device: the bytes resident after placement (from each array's sharding), each
 stage's compiled arguments, outputs, temporaries and aliased bytes, and the peak estimate (the
@@ -93,6 +95,15 @@ def _arguments(argv=None):
         choices=("lbfgs", "newton", "trust-region", "levenberg-marquardt"),
         help="fit.polish (default: the fit's own, levenberg-marquardt): L-BFGS (its histories "
         "in the polish's state), Newton's, or Levenberg-Marquardt's (its curvature's blocks)",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="run configuration YAML over the defaults, e.g. the RFI operator's options "
+        "(rfi.terms, rfi.segments) of the fit to plan; --polish, --phase-cache and "
+        "--phase-cache-mb win over it, and it may not set precision (single) or "
+        "rfi.quadrature_limit (--rfi)",
     )
     parser.add_argument(
         "--row-blocks",
@@ -199,6 +210,7 @@ def main(argv=None) -> list[dict]:
 
     import jax
 
+    from tabascal.config import load_yaml, merge
     from tabascal.fitting import run_config
     from tabascal.model import joint
     from tabascal.simulate import presets
@@ -206,14 +218,20 @@ def main(argv=None) -> list[dict]:
     jax.config.update("jax_enable_x64", False)
     base = _common.provenance(["benchmarks/memory.py", *(argv or sys.argv[1:])])
     extra = json.loads(options.override) if options.override else None
+    overrides = load_yaml(options.config) if options.config else {}
+    if "precision" in overrides or "quadrature_limit" in overrides.get("rfi", {}):
+        raise SystemExit(
+            f"memory.py: --config {options.config} sets precision or rfi.quadrature_limit: the "
+            "benchmark measures single precision and takes the quadrature limit from --rfi"
+        )
     records = []
     for channels in options.channels:
         scene = presets.observation_scene(options.preset, _common.preset_overrides(channels, extra))
         snr = presets.expected_snr(scene)
         meta = scene.meta
         for rfi in options.rfi:
-            polish = {"fit": {"polish": options.polish}} if options.polish else None
-            config = _common.run_config(rfi, extra=polish)
+            polish = {"fit": {"polish": options.polish}} if options.polish else {}
+            config = _common.run_config(rfi, extra=merge(overrides, polish))
             start = time.perf_counter()
             model = joint.abstract_model(meta, run_config.model_config(config), snr=snr)
             seconds_model = time.perf_counter() - start
@@ -255,6 +273,7 @@ def main(argv=None) -> list[dict]:
                             "row_blocks": blocks,
                             "phase_cache_mode": phase_cache,
                             "polish": fit_config.polish,
+                            "config": overrides,
                             "cpu_scheduler": options.cpu_scheduler,
                             "n_ant": meta.n_ant,
                             "n_bl": meta.n_bl,
