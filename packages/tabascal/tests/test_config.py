@@ -185,6 +185,8 @@ RUN_JOB_KEYS = {
     "fit.seed",
     "satellites.tle_file",
     "satellites.catalogue_numbers",
+    "emitters.ground_file",
+    "emitters.aircraft_file",
     "output.plots",
     "output.plot_baselines",
     "output.per_satellite",

@@ -387,3 +387,19 @@ def test_simulator_emitter_names_must_be_unique():
 
     with pytest.raises(SimulationError, match="emitter names must be unique"):
         _scene({"emitters": {"ground": [TOWER], "aircraft": [{**FLIGHT, "name": "TX"}]}})
+
+
+def test_a_run_configs_files_replace_the_observations_emitters_of_their_kind(tmp_path, antennas):
+    from tabascal.fitting import run_config
+    from tabascal.fitting.run_plan import plan_run
+
+    obs = _observation_with_every_kind(antennas)
+    (tmp_path / "towers.csv").write_text("name,lat_deg,lon_deg,height_m\nA,-30.5,21.5,10\n")
+    config = run_config.load({"emitters": {"ground_file": str(tmp_path / "towers.csv")}})
+    replaced = plan_run(config).satellites.apply(obs)
+    assert replaced.orbits.kinds == ("satellite", "satellite", "ground", "aircraft")
+    assert replaced.orbits.label(2) == "A" and replaced.orbits.label(3) == "KLM123"
+    np.testing.assert_array_equal(
+        replaced.orbits.inertial(TIMES)[:, :2], obs.orbits.inertial(TIMES)[:, :2]
+    )
+    assert plan_run(run_config.load({})).satellites.apply(obs) is obs

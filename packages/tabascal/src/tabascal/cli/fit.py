@@ -208,50 +208,27 @@ def _memory_lines(by_axis: dict[str, tuple[int, dict]]) -> list[str]:
 
 
 def _read(path, satellites=None):
-    """The observation at ``path`` (zarr store or Measurement Set), with the orbits of the
-    TLE file of the plan's ``satellites`` when it names one."""
-    import dataclasses
-
+    """The observation at ``path`` (zarr store or Measurement Set), with the emitters of the
+    files the plan's ``satellites`` names in place of its own."""
     from tabascal.measurement_set import open_observation
-    from tabascal.observation.tle import load_tle_orbits
 
     obs = open_observation(path)
-    if satellites is not None and satellites.tle_file:
-        orbits = load_tle_orbits(
-            satellites.tle_file,
-            satellites.catalogue_numbers,
-            obs.epoch_utc,
-            gast0_rad=obs.gast0_rad,
-        )
-        obs = dataclasses.replace(obs, orbits=orbits)
-    return obs
+    return obs if satellites is None else satellites.apply(obs)
 
 
 def _source(path, satellites, *, allow_missing: bool = False):
     """The rows of the observation at ``path``: a zarr store is read block by block as the
     fit needs its rows; a Measurement Set is read whole (convert it with ``tabascal import-ms``
     for block reads). ``allow_missing``: a store's missing vis and flags chunks are read as
-    flagged cells. ``satellites``: the plan's, whose TLE file's orbits replace the
-    observation's when it names one."""
-    import dataclasses
-
+    flagged cells. ``satellites``: the plan's, whose files' emitters replace the
+    observation's of their kind where it names them."""
     from tabascal.measurement_set import is_measurement_set
     from tabascal.parallel.blockwise import MemoryRows, StoreRows
     from tabascal.store import read_meta
 
     if is_measurement_set(path):
         return MemoryRows(_read(path, satellites))
-    meta = read_meta(path, allow_missing=allow_missing)
-    if satellites.tle_file:
-        from tabascal.observation.tle import load_tle_orbits
-
-        orbits = load_tle_orbits(
-            satellites.tle_file,
-            satellites.catalogue_numbers,
-            meta.epoch_utc,
-            gast0_rad=meta.gast0_rad,
-        )
-        meta = dataclasses.replace(meta, orbits=orbits)
+    meta = satellites.apply(read_meta(path, allow_missing=allow_missing))
     return StoreRows(path, meta, allow_missing=allow_missing)
 
 

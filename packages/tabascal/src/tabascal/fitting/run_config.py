@@ -135,7 +135,10 @@ SCHEMA = Section(
             "Satellite orbits, when they are not (or not only) in the observation.",
             {
                 "tle_file": Option(
-                    str, None, "TLE file whose orbits replace the observation's", nullable=True
+                    str,
+                    None,
+                    "TLE file whose orbits replace the observation's satellites",
+                    nullable=True,
                 ),
                 "min_elevation_deg": option_from(frame.ModelConfig, "min_elevation_deg"),
                 "catalogue_numbers": Option(
@@ -144,6 +147,25 @@ SCHEMA = Section(
                     "NORAD catalogue numbers to take from tle_file; null takes "
                     "every satellite in it",
                     items=int,
+                    nullable=True,
+                ),
+            },
+        ),
+        "emitters": Section(
+            "Ground transmitters and aircraft, when they are not (or not only) in the "
+            "observation: each file's replace the observation's of its kind.",
+            {
+                "ground_file": Option(
+                    str,
+                    None,
+                    "CSV of ground transmitters (name, lat_deg, lon_deg, height_m)",
+                    nullable=True,
+                ),
+                "aircraft_file": Option(
+                    str,
+                    None,
+                    "CSV of aircraft tracks as ADS-B decoders write them (time, lat, lon, "
+                    "height; see docs/real_data.md)",
                     nullable=True,
                 ),
             },

@@ -52,11 +52,37 @@ class OutputSettings:
 
 @dataclass(frozen=True)
 class SatelliteSettings:
-    """The element sets whose orbits replace the observation's: a TLE file (or None) and the
-    NORAD catalogue numbers taken from it (None takes every satellite in it)."""
+    """The files whose emitters replace the observation's of their kind: a TLE file (or None)
+    and the NORAD catalogue numbers taken from it (None takes every satellite in it); a CSV
+    of ground transmitters and one of aircraft tracks (``observation.emitters``)."""
 
     tle_file: str | None
     catalogue_numbers: tuple[int, ...] | None
+    ground_file: str | None = None
+    aircraft_file: str | None = None
+
+    def apply(self, obs):
+        """``obs`` (an Observation or ObservationMeta) with its emitters replaced by the
+        files' (itself where no file is named)."""
+        import dataclasses
+
+        from tabascal.observation import emitters
+        from tabascal.observation.tle import load_tle_orbits
+
+        if not (self.tle_file or self.ground_file or self.aircraft_file):
+            return obs
+        satellites, ground, aircraft = emitters.split(obs.orbits)
+        if self.tle_file:
+            satellites = load_tle_orbits(
+                self.tle_file, self.catalogue_numbers, obs.epoch_utc, gast0_rad=obs.gast0_rad
+            )
+        if self.ground_file:
+            ground = emitters.read_ground(self.ground_file, obs.gast0_rad)
+        if self.aircraft_file:
+            aircraft = emitters.read_tracks(
+                self.aircraft_file, obs.epoch_utc, obs.gast0_rad, obs.times_s
+            )
+        return dataclasses.replace(obs, orbits=emitters.join(satellites, ground, aircraft))
 
 
 @dataclass(frozen=True)
@@ -129,6 +155,8 @@ def plan_run(
         satellites=SatelliteSettings(
             tle_file=config["satellites"]["tle_file"],
             catalogue_numbers=None if numbers is None else tuple(numbers),
+            ground_file=config["emitters"]["ground_file"],
+            aircraft_file=config["emitters"]["aircraft_file"],
         ),
         sharding=Sharding(axis, reuse, blocks),
         record=_frozen(config),
