@@ -178,6 +178,7 @@ def score(name: str, simulation: dict, steps: int, where: Path, run_overrides: d
     fitted.update(_twin(name, simulation, steps, where, run_overrides))
     fitted["sky_over_twin"] = fitted["sky_over_noise"] / fitted["twin_sky_over_noise"]
     fitted["n_satellites"] = len(config["satellites"]["orbits"]) + config["satellites"]["count"]
+    fitted["n_emitters"] = fitted["n_satellites"] + sum(map(len, config["emitters"].values()))
     return fitted
 
 
@@ -245,13 +246,13 @@ def main(argv=None) -> list[dict]:
             records.append(record)
             print(f"{path.stem}: {record}", flush=True)
     head = (
-        f"{'scenario':>16} {'sats':>4} {'chi2':>7} {'rfi/noise':>9} {'sky/noise':>9} "
+        f"{'scenario':>18} {'emitters':>8} {'chi2':>7} {'rfi/noise':>9} {'sky/noise':>9} "
         f"{'twin':>7} {'sky/twin':>8} {'gains/spread':>12} {'3-sigma':>7} {'fit s':>6}"
     )
     print(head)
     for r in records:
         gains = "-" if r["gains_over_spread"] is None else f"{r['gains_over_spread']:.2f}"
-        print(f"{r['scenario']:>16} {r['n_satellites']:>4} {r['chi2']:7.3f} "
+        print(f"{r['scenario']:>18} {r['n_emitters']:>8} {r['chi2']:7.3f} "
               f"{r['rfi_over_noise']:9.3f} {r['sky_over_noise']:9.3f} "
               f"{r['twin_sky_over_noise']:7.3f} {r['sky_over_twin']:8.2f} {gains:>12} "
               f"{r['flagged_by_3_sigma']:7.1%} {r['fit_seconds']:6.0f}")  # fmt: skip
