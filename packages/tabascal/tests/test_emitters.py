@@ -236,6 +236,8 @@ def test_a_store_keeps_its_ground_transmitters_and_aircraft(tmp_path, antennas):
     write_observation(tmp_path / "obs.zarr", obs)
     meta = read_meta(tmp_path / "obs.zarr")
     assert store_info(tmp_path / "obs.zarr").n_sat == 4
+    # A reader of version 1 alone refuses the store rather than reading its satellites alone.
+    assert store_info(tmp_path / "obs.zarr").format_version == 2
     assert meta.orbits.kinds == ("satellite", "satellite", "ground", "aircraft")
     assert [meta.orbits.label(s) for s in range(4)] == [
         "satellite 0",
@@ -254,6 +256,7 @@ def test_a_store_keeps_its_ground_transmitters_and_aircraft(tmp_path, antennas):
     satellites_only = em.split(obs.orbits)[0]
     write_observation(tmp_path / "sat.zarr", dataclasses.replace(obs, orbits=satellites_only))
     assert isinstance(read_meta(tmp_path / "sat.zarr").orbits, geo.CircularOrbits)
+    assert store_info(tmp_path / "sat.zarr").format_version == 1
 
 
 EPOCH = "2026-03-01T12:00:00+00:00"

@@ -245,7 +245,7 @@ def _break(path, how):
             r"array 'truth/rfi_amp' has shape \(4, 3, 3, 5\), expected "
             r"\(4, 2, 3, 5\)",
         ),
-        ("version", r"format_version 99 is not supported; this tabascal reads version 1"),
+        ("version", r"format_version 99 is not supported; this tabascal reads versions 1 and 2"),
         ("format", r"not a tabascal observation store \(attribute 'format' is None"),
         ("attribute", r"attribute 'int_time' is missing"),
         ("antenna index", r"antenna indices outside \[0, 4\)"),

@@ -25,8 +25,9 @@ truth/source_flux_jy           (n_src, n_freq)                 float64    Jy
 =============================  ==============================  =========  ===================
 
 Group attributes: ``format``, ``format_version``, ``epoch_utc`` (ISO 8601 start),
-``gast0_rad``, ``int_time`` (s), ``chan_width`` (Hz), ``ra_rad``, ``dec_rad`` (phase centre),
-``dish_diameter_m``, ``satellite_names`` (list or null) and ``metadata`` (free JSON).
+``gast0_rad``, ``int_time`` (s), ``chan_width`` (Hz, each channel's width), ``ra_rad``,
+``dec_rad`` (phase centre), ``dish_diameter_m``, ``satellite_names`` (list or null) and
+``metadata`` (free JSON).
 Satellites given as TLE element sets (:class:`tabascal.observation.tle.TleOrbits`) are kept
 instead of the ``satellites/*`` arrays in the attribute ``satellite_tle`` = {``line1``:
 [...], ``line2``: [...], ``ut1_utc_s``: float} and propagated from the store's ``epoch_utc`` and
@@ -34,6 +35,13 @@ instead of the ``satellites/*`` arrays in the attribute ``satellite_tle`` = {``l
 as before, and a reader without TLE support refuses such a store by naming the missing
 ``satellites/altitude_m`` array rather than misreading it. A store without satellites has
 ``satellites/*`` arrays of length 0.
+Ground transmitters and aircraft (:mod:`tabascal.observation.emitters`) follow the satellites
+in the emitter order of every per-emitter array and of ``satellite_names``: each transmitter's
+WGS84 position in ``emitters/ground/lat_rad``, ``lon_rad``, ``height_m`` (n_ground,), the
+aircraft tracks' samples one after another in ``emitters/aircraft/times_s`` (n_samples,) and
+``itrf`` (n_samples, 3), with ``track_start`` (n_aircraft + 1,) where each begins. A store
+holding them is ``format_version`` 2, so that a reader of version 1 alone refuses it rather than
+reading its satellites alone; every other store stays version 1.
 A noise per baseline and channel (the same in every integration) is an addition that keeps
 ``format_version`` 1: a reader that knows only () and (n_bl,) refuses such a store by naming
 the noise's shape rather than misreading it.

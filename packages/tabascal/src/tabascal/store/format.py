@@ -12,6 +12,10 @@ from tabascal.observation.geometry import Orbits
 
 FORMAT = "tabascal.observation"
 FORMAT_VERSION = 1
+# The version of a store holding ground transmitters or aircraft (``GROUND_GROUP``,
+# ``AIRCRAFT_GROUP``): a reader that knows only version 1 refuses it by its version rather than
+# reading its satellites alone. Every other store stays version 1.
+EMITTERS_FORMAT_VERSION = 2
 ORBIT_FIELDS = ("altitude_m", "inclination_rad", "raan_rad", "arg_lat_rad")
 TLE_ATTR = "satellite_tle"  # group attribute of stores whose satellites are TLE element sets
 # The attribute of a store whose satellites' orbits, as handed to a fit, are the stored orbits

@@ -23,6 +23,7 @@ from tabascal.observation.orbit_offsets import OffsetOrbits
 from tabascal.observation.tle import TleError, TleOrbits
 from tabascal.store.format import (
     AIRCRAFT_GROUP,
+    EMITTERS_FORMAT_VERSION,
     EVERY_CHUNK_ATTR,
     FLAGGABLE,
     FORMAT,
@@ -74,11 +75,11 @@ def _open_group(path) -> zarr.Group:
             f"{attrs.get('format')!r}, expected {FORMAT!r})",
         )
     version = attrs.get("format_version")
-    if version != FORMAT_VERSION:
+    if version not in (FORMAT_VERSION, EMITTERS_FORMAT_VERSION):
         _fail(
             path,
-            f"format_version {version!r} is not supported; this tabascal reads version "
-            f"{FORMAT_VERSION}",
+            f"format_version {version!r} is not supported; this tabascal reads versions "
+            f"{FORMAT_VERSION} and {EMITTERS_FORMAT_VERSION}",
         )
     for name in (*SCALAR_ATTRS, "epoch_utc"):
         if name not in attrs:
@@ -184,7 +185,7 @@ def _shapes(path, group: zarr.Group) -> StoreInfo:
         chunk_rows=group["vis"].chunks[0],
         noise_per_baseline=len(noise_shape) >= 1,
         has_truth="truth" in group,
-        format_version=FORMAT_VERSION,
+        format_version=int(group.attrs["format_version"]),
         noise_per_channel=len(noise_shape) == 2,
     )
 

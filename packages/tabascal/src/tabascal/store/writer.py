@@ -29,6 +29,7 @@ from tabascal.observation.orbit_offsets import OffsetOrbits
 from tabascal.observation.tle import TleOrbits
 from tabascal.store.format import (
     AIRCRAFT_GROUP,
+    EMITTERS_FORMAT_VERSION,
     EVERY_CHUNK_ATTR,
     FORMAT,
     FORMAT_VERSION,
@@ -144,7 +145,7 @@ class ObservationWriter:
         group.attrs.update(
             {
                 "format": FORMAT,
-                "format_version": FORMAT_VERSION,
+                "format_version": _format_version(m.orbits),
                 EVERY_CHUNK_ATTR: True,
                 "epoch_utc": m.epoch_utc,
                 "satellite_names": list(m.orbits.names) if m.orbits.names else None,
@@ -447,6 +448,13 @@ def clear_leftovers(path) -> None:
 def _stored_orbits(orbits):
     """The orbits a store holds: displaced orbits are stored as their base and offsets."""
     return orbits.base if isinstance(orbits, OffsetOrbits) else orbits
+
+
+def _format_version(orbits) -> int:
+    """EMITTERS_FORMAT_VERSION for a store holding ground transmitters or aircraft, else
+    FORMAT_VERSION."""
+    _, ground, aircraft = emitters.split(_stored_orbits(orbits))
+    return FORMAT_VERSION if ground is None and aircraft is None else EMITTERS_FORMAT_VERSION
 
 
 def _other_emitters(ground, aircraft) -> dict:
