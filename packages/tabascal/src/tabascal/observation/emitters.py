@@ -28,6 +28,7 @@ import csv
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from math import comb
 
 import numpy as np
@@ -139,12 +140,18 @@ class Track:
             for i in np.flatnonzero(step > longer_than_s)
         ]
 
+    @cached_property
+    def _spline(self):
+        """The cubic spline through the samples, built once: the geometry asks for positions
+        many times (a bisection of the view's edges calls it some forty times)."""
+        from scipy.interpolate import CubicSpline
+
+        return CubicSpline(self.times_s, self.itrf, axis=0, bc_type="not-a-knot")
+
     def itrf_at(self, times_s, n_deriv: int = 0) -> np.ndarray:
         """(n_deriv + 1, n_time, 3): the spline's position and derivatives at ``times_s``,
         held at the ends outside the samples' span (derivatives zero there)."""
-        from scipy.interpolate import CubicSpline
-
-        spline = CubicSpline(self.times_s, self.itrf, axis=0, bc_type="not-a-knot")
+        spline = self._spline
         t = np.asarray(times_s, np.float64)
         inside = (t >= self.times_s[0]) & (t <= self.times_s[-1])
         held = np.clip(t, self.times_s[0], self.times_s[-1])
@@ -179,20 +186,12 @@ class AircraftTracks:
         the equatorial plane (nothing on z for m >= 1)."""
         t = np.asarray(times_s, np.float64)
         theta = geo.gast(t, self.gast0_rad)
-        flat = np.array([1.0, 1.0, 0.0])
         out = np.zeros((n_deriv + 1, self.n_sat, t.size, 3))
         for s, track in enumerate(self.tracks):
             p = track.itrf_at(t, n_deriv)
             for k in range(n_deriv + 1):
                 for j in range(k + 1):
-                    m = k - j
-                    if m == 0:
-                        turned = geo.rotate_z(p[j], theta)
-                    else:
-                        turned = geo.OMEGA_EARTH**m * geo.rotate_z(
-                            p[j] * flat, theta + m * np.pi / 2
-                        )
-                    out[k, s] += comb(k, j) * turned
+                    out[k, s] += comb(k, j) * geo.earth_turn(p[j], theta, k - j)
         return out
 
     def present(self, times_s) -> np.ndarray:
@@ -307,18 +306,20 @@ class EmitterFileError(TabascalError, ValueError):
 
 # The columns a file's header may name for each field, as ADS-B decoders and the OpenSky
 # Network's state vectors write them (the first found is used). Heights in feet are converted.
+_LAT = ("lat_deg", "lat", "latitude")
+_LON = ("lon_deg", "lon", "longitude")
 _TRACK_COLUMNS = {
     "time": ("time", "time_utc", "timestamp"),
-    "lat": ("lat_deg", "lat", "latitude"),
-    "lon": ("lon_deg", "lon", "longitude"),
+    "lat": _LAT,
+    "lon": _LON,
     "height_m": ("height_m", "alt_m", "altitude_m", "geoaltitude"),
     "height_ft": ("alt_ft", "altitude_ft", "altitude"),
     "id": ("name", "callsign", "icao24", "id", "flight"),
 }
 _GROUND_COLUMNS = {
     "name": ("name",),
-    "lat": ("lat_deg", "lat", "latitude"),
-    "lon": ("lon_deg", "lon", "longitude"),
+    "lat": _LAT,
+    "lon": _LON,
     "height_m": ("height_m", "alt_m", "altitude_m"),
 }
 FEET = 0.3048
@@ -428,15 +429,15 @@ def read_tracks(path, epoch_utc: str, gast0_rad: float, times_s=None) -> Aircraf
         raise EmitterFileError(
             f"{path}: no column for the height; name one of {', '.join(choices)} in the header"
         )
+    height_col, scale = (
+        (cols["height_m"], 1.0) if cols["height_m"] is not None else (cols["height_ft"], FEET)
+    )
     samples: dict[str, list[tuple[float, float, float, float]]] = {}
     for n, row in lines:
         if len(row) < len(header):
             raise EmitterFileError(
                 f"{path}, line {n}: {len(row)} fields, the header names {len(header)}"
             )
-        height_col, scale = (
-            (cols["height_m"], 1.0) if cols["height_m"] is not None else (cols["height_ft"], FEET)
-        )
         fields = (row[cols["time"]], row[cols["lat"]], row[cols["lon"]], row[height_col])
         if any(not x for x in fields[1:]):
             continue

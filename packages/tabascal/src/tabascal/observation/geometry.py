@@ -68,11 +68,17 @@ def antenna_inertial(ant_itrf, times_s, gast0_rad: float, n_deriv: int = 0) -> n
     """
     ant = _f64(ant_itrf)[:, None, :]
     theta = gast(times_s, gast0_rad)[None, :]
-    out = [rotate_z(ant, theta)]
-    flat = ant * np.array([1.0, 1.0, 0.0])
-    for k in range(1, n_deriv + 1):
-        out.append(OMEGA_EARTH**k * rotate_z(flat, theta + k * np.pi / 2))
-    return np.stack(out)
+    return np.stack([earth_turn(ant, theta, k) for k in range(n_deriv + 1)])
+
+
+def earth_turn(xyz, theta, m: int = 0) -> np.ndarray:
+    """The m-th time derivative of ``Rz(theta(t))`` applied to the fixed ``xyz`` (..., 3), the
+    turn from ITRF to the inertial frame at the sidereal angle ``theta`` (broadcast against
+    ``xyz[..., 0]``): ``OMEGA_EARTH^m Rz(theta + m pi / 2)`` on the equatorial plane, nothing
+    on z for m >= 1."""
+    if m == 0:
+        return rotate_z(xyz, theta)
+    return OMEGA_EARTH**m * rotate_z(xyz * np.array([1.0, 1.0, 0.0]), theta + m * np.pi / 2)
 
 
 def phase_centre_basis(ra_rad: float, dec_rad: float) -> np.ndarray:
