@@ -105,6 +105,19 @@ def single_device_reference(store, config: dict):
     return model, float(value), jax.tree.map(np.asarray, grad)
 
 
+def run_summary(store, out, axis: str, config, *extra: str) -> dict:
+    """``tabascal run`` of ``store`` into ``out`` under the run ``config`` (a YAML file) on
+    N_DEVICES virtual devices along the shard axis ``axis``, with ``extra`` arguments; it
+    must succeed. Returns its summary.json."""
+    import json
+
+    from tabascal.cli import main
+
+    argv = ["run", "-c", str(config), "--data", str(store), "-o", str(out), "-q", *extra]
+    assert main([*argv, "--devices", str(N_DEVICES), "--shard-axis", axis]) == 0
+    return json.loads((Path(out) / "summary.json").read_text())
+
+
 def fit_step(model, axis: str, n_dev: int = N_DEVICES):
     """(optimisation step, initial state, inputs) of ``model`` (a ``joint.Model``) on the axis
     "none" (one device), "baseline" or "reuse" (the baseline axis with the antenna-reuse plan)

@@ -1,14 +1,11 @@
 """A run holding a satellite, a ground transmitter and an aircraft fits on four devices (the
 baseline axis) as on one."""
 
-import json
-
 import numpy as np
 import pytest
 import zarr
-from conftest import SMALL, require_devices
+from conftest import SMALL, require_devices, run_summary
 
-from tabascal.cli import main
 from tabascal.simulate import simulate, simulation_config
 from tabascal.store import read_meta
 
@@ -55,18 +52,12 @@ def store(tmp_path_factory):
     return path
 
 
-def _run(store, out, axis, config):
-    argv = ["run", "-c", str(config), "--data", str(store), "-o", str(out), "-q"]
-    assert main([*argv, "--devices", str(N_DEVICES), "--shard-axis", axis]) == 0
-    return json.loads((out / "summary.json").read_text())
-
-
 def test_a_run_with_every_kind_of_emitter_on_four_devices_equals_one(store, tmp_path):
     assert read_meta(store).orbits.kinds == ("satellite", "ground", "aircraft")
     config = tmp_path / "config.yaml"
     config.write_text(CONFIG)
-    plain = _run(store, tmp_path / "none", "none", config)
-    sharded = _run(store, tmp_path / "baseline", "baseline", config)
+    plain = run_summary(store, tmp_path / "none", "none", config)
+    sharded = run_summary(store, tmp_path / "baseline", "baseline", config)
     assert sharded["model"]["n_devices"] == N_DEVICES and plain["n_devices"] == 1
     for key in ("chi2_init", "chi2_final"):
         print(f"{key}: {abs(sharded[key] / plain[key] - 1):.1e} apart")

@@ -1,11 +1,9 @@
 """``tabascal run --shard-axis baseline`` on 4 virtual devices fits as the unsharded run does."""
 
-import json
-
 import numpy as np
 import pytest
 import zarr
-from conftest import require_devices
+from conftest import require_devices, run_summary
 
 from tabascal.cli import main
 
@@ -41,12 +39,6 @@ def store(small_store):
     return small_store
 
 
-def _run(store, out, axis, config, *extra):
-    argv = ["run", "-c", str(config), "--data", str(store), "-o", str(out), "-q", *extra]
-    assert main([*argv, "--devices", str(N_DEVICES), "--shard-axis", axis]) == 0
-    return json.loads((out / "summary.json").read_text())
-
-
 def _print_chi2_apart(route, summary, plain):
     apart = {k: f"{abs(summary[k] / plain[k] - 1):.1e}" for k in ("chi2_init", "chi2_final")}
     print(f"{route} against the unsharded run, relative: {apart}")
@@ -77,8 +69,8 @@ def _assert_same_rows(tmp_path, name, reference="none"):
 def test_baseline_axis_run_equals_the_unsharded_run(store, tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(CONFIG)
-    plain = _run(store, tmp_path / "none", "none", config)
-    sharded = _run(store, tmp_path / "baseline", "baseline", config)
+    plain = run_summary(store, tmp_path / "none", "none", config)
+    sharded = run_summary(store, tmp_path / "baseline", "baseline", config)
 
     assert sharded["shard_axis"] == "baseline" and sharded["n_devices"] == N_DEVICES
     assert sharded["model"]["n_devices"] == N_DEVICES  # the sharded model was built
@@ -115,14 +107,14 @@ def test_baseline_axis_run_equals_the_unsharded_run(store, tmp_path):
     assert plain["collectives"] == {} and plain["n_devices"] == 1
     assert set(sharded["collectives"]) == {"all-reduce"}, sharded["collectives"]
 
-    by_source = _run(store, tmp_path / "source", "source", config)
+    by_source = run_summary(store, tmp_path / "source", "source", config)
     assert by_source["shard_axis"] == "source" and by_source["model"]["n_src_padded"] == 4
     _print_chi2_apart("source", by_source, plain)
     assert by_source["chi2_init"] == pytest.approx(plain["chi2_init"], rel=2e-13)
     assert by_source["chi2_final"] == pytest.approx(plain["chi2_final"], rel=2e-10)
     assert set(by_source["collectives"]) == {"all-reduce"}, by_source["collectives"]
 
-    reuse = _run(store, tmp_path / "reuse", "baseline", config, "--reuse-plan")
+    reuse = run_summary(store, tmp_path / "reuse", "baseline", config, "--reuse-plan")
     assert reuse["reuse_plan"] and reuse["model"]["reuse_plan"]["width"] == 5  # of 8 antennas
     _print_chi2_apart("reuse", reuse, plain)
     assert reuse["chi2_init"] == pytest.approx(plain["chi2_init"], rel=2e-13)
@@ -161,8 +153,8 @@ def test_row_blocks_with_the_trust_region_polish_equal_the_unsharded_run(store, 
     config.write_text(
         CONFIG.replace("steps: 3\n", "steps: 2\n", 1).replace("polish_steps: 0\n", polish, 1)
     )
-    plain = _run(store, tmp_path / "none", "none", config)
-    blocks = _run(store, tmp_path / "blocks", "baseline", config, "--row-blocks", "2")
+    plain = run_summary(store, tmp_path / "none", "none", config)
+    blocks = run_summary(store, tmp_path / "blocks", "baseline", config, "--row-blocks", "2")
     # 28 rows in 8 blocks of 4 (4 padded rows), read from the store by device.
     assert blocks["model"]["row_blocks"] == 2 and blocks["model"]["block_size"] == 4
     assert blocks["read_by_block"] and blocks["steps"] == plain["steps"] == 4
@@ -195,8 +187,8 @@ def test_row_blocks_with_the_gauss_newton_polish_equal_the_unsharded_run(store, 
     config.write_text(
         CONFIG.replace("steps: 3\n", "steps: 2\n", 1).replace("polish_steps: 0\n", polish, 1)
     )
-    plain = _run(store, tmp_path / "none", "none", config)
-    blocks = _run(store, tmp_path / "blocks", "baseline", config, "--row-blocks", "2")
+    plain = run_summary(store, tmp_path / "none", "none", config)
+    blocks = run_summary(store, tmp_path / "blocks", "baseline", config, "--row-blocks", "2")
     assert blocks["model"]["row_blocks"] == 2 and blocks["steps"] == plain["steps"] == 4
     assert plain["chi2_final"] < plain["chi2_init"]
     _print_chi2_apart("gauss-newton row blocks", blocks, plain)
@@ -214,10 +206,10 @@ def _polished_runs_agree(store, tmp_path, polish: str, steps: int, rel: float):
     config.write_text(
         CONFIG.replace("steps: 3\n", "steps: 2\n", 1).replace("polish_steps: 0\n", polish, 1)
     )
-    plain = _run(store, tmp_path / "none", "none", config)
+    plain = run_summary(store, tmp_path / "none", "none", config)
     assert plain["steps"] == steps and plain["chi2_final"] < plain["chi2_init"]
     for name, extra in (("baseline", ()), ("reuse", ("--reuse-plan",))):
-        sharded = _run(store, tmp_path / name, "baseline", config, *extra)
+        sharded = run_summary(store, tmp_path / name, "baseline", config, *extra)
         assert sharded["model"]["n_devices"] == N_DEVICES and sharded["steps"] == steps
         _print_chi2_apart(name, sharded, plain)
         assert sharded["chi2_final"] == pytest.approx(plain["chi2_final"], rel=rel)
@@ -290,9 +282,9 @@ def test_resume_in_the_polish_on_the_baseline_axis_equals_the_uninterrupted_run(
                 "polish_steps: 0\n", polish.format(steps), 1
             )
         )
-    whole = _run(store, tmp_path / "whole", "baseline", config["whole"], "--reuse-plan")
-    _run(store, tmp_path / "split", "baseline", config["split"], "--reuse-plan")
-    resumed = _run(
+    whole = run_summary(store, tmp_path / "whole", "baseline", config["whole"], "--reuse-plan")
+    run_summary(store, tmp_path / "split", "baseline", config["split"], "--reuse-plan")
+    resumed = run_summary(
         store, tmp_path / "split", "baseline", config["whole"], "--reuse-plan", "--resume"
     )
     assert resumed["steps"] == whole["steps"] == 5
