@@ -1,8 +1,9 @@
 """Channels spaced wider than their width, as data selected or decimated in frequency are (a
 HERA H4C window: 122 kHz channels every 610 kHz): import-ms keeps each channel's centre and
-width, refuses only overlapping or unevenly spaced channels, naming them, and export writes
-them back; the simulator writes such data with the noise of the width, and the model's
-frequency grid is spaced by the centres' step."""
+width, fills a channel missing between them as flagged, refuses only overlapping channels
+and centres on no regular grid, naming them, and export writes them back; the simulator
+writes such data with the noise of the width, and the model's frequency grid is spaced by
+the centres' step."""
 
 import re
 
@@ -101,46 +102,90 @@ def test_overlapping_channels_are_refused_naming_them(tmp_path, descending):
         read_observation_ms(path)
 
 
-def test_unevenly_spaced_channels_are_refused_naming_them(tmp_path, capsys):
-    """A channel missing from a decimated window (MS channels 1 and 2 two spacings apart):
-    the model's frequency grid is regular, so the window is refused naming that pair, and
-    choosing the evenly spaced channels reads."""
+def test_a_channel_missing_from_a_decimated_window_is_filled_as_flagged(tmp_path, capsys):
+    """MS channels 1 and 2 lie two spacings apart (a channel cut from a decimated window):
+    the store's grid holds the missing channel, flagged with vis 0, every other cell the MS's
+    own, and export-ms writes the four channels back into the MS's cells."""
+    path, store = tmp_path / "a.ms", tmp_path / "a.zarr"
+    w = build_ms(path, n_chan=N_CHAN, n_time=N_TIME)
+    centres = LOWEST + SPACING * np.array([0, 1, 3, 4])
+    _respace(path, centres, np.full(N_CHAN, WIDTH))
+    assert main(["import-ms", str(path), "-o", str(store)]) == 0
+    out = capsys.readouterr().out
+    assert "  1 channels of the grid missing between those read: filled as flagged" in out
+    obs = read_observation(store)
+    held = [0, 1, 3, 4]
+    np.testing.assert_array_equal(obs.freqs_hz[held], _spectral_window(path)["CHAN_FREQ"])
+    assert obs.freqs_hz[2] == LOWEST + 2 * SPACING  # exact in binary, as the centres are
+    assert (obs.chan_width, obs.chan_spacing) == (WIDTH, SPACING)
+    assert obs.metadata["measurement_set"]["channels_filled"] == 1
+    cube = expected_cube(w, _stokes_i(w), w.ddid == 0, N_TIME)
+    np.testing.assert_array_equal(obs.vis[:, held], cube)
+    bad = w.flag[..., 0] | w.flag[..., 1] | w.flag_row[:, None]
+    np.testing.assert_array_equal(obs.flags[:, held], expected_cube(w, bad, w.ddid == 0, N_TIME))
+    assert not np.any(obs.vis[:, 2]) and np.all(obs.flags[:, 2])
+
+    store, results, values, _ = _fit(tmp_path, path)
+    export_results(results, path, store=store)
+    with tables.table(str(path), ack=False) as ms:
+        sky = ms.getcol("TAB_SKY_DATA")
+    np.testing.assert_array_equal(
+        expected_cube(w, sky[..., 0], w.ddid == 0, N_TIME), values["sky_vis"][:, held]
+    )
+
+
+def test_channels_on_no_regular_grid_are_refused_naming_them(tmp_path, capsys):
+    """MS channels 1 and 2 lie 1.37 spacings apart: no grid of a step at least the width
+    holds all four centres, so the window is refused naming that pair, and choosing the
+    evenly spaced channels reads."""
     path = tmp_path / "a.ms"
     build_ms(path, n_chan=N_CHAN, n_time=N_TIME)
-    centres = LOWEST + SPACING * np.array([0, 1, 3, 4])
+    centres = LOWEST + SPACING * np.array([0, 1, 2.37, 3.37])
     _respace(path, centres, np.full(N_CHAN, WIDTH))
     assert main(["import-ms", str(path), "-o", str(tmp_path / "a.zarr")]) == 2
     err = capsys.readouterr().err
-    assert "channels of spectral window 0 are not evenly spaced" in err
-    assert f"channels 1 and 2 ({2 * SPACING / 1e3:.9g} kHz)" in err
+    assert "channels of spectral window 0 are not evenly spaced, nor on a regular grid" in err
+    assert f"channels 1 and 2 ({1.37 * SPACING / 1e3:.9g} kHz) are not a whole number" in err
     assert "the model's frequency grid is regular" in err
     assert not (tmp_path / "a.zarr").exists()
     assert read_observation_ms(path, channels=slice(2, 4)).chan_spacing == SPACING
 
 
-def test_spaced_windows_side_by_side_are_one_band_and_a_gap_is_refused(tmp_path, capsys):
+def test_spaced_windows_side_by_side_are_one_band_with_their_gaps_filled(tmp_path, capsys):
     """Two spaced windows read as one band when the second begins one spacing above the
-    first's last channel; one width above (the contiguous rule) is refused, naming both."""
+    first's last channel, and with a channel filled between them when it begins two above;
+    one width above (the contiguous rule) puts them on a grid of the width with more
+    channels missing than read, which is refused."""
     path = tmp_path / "a.ms"
     build_ms(path, n_spw=2, n_chan=N_CHAN, n_time=N_TIME)
-    band = LOWEST + SPACING * np.arange(2 * N_CHAN)
-    with tables.table(f"{path}/SPECTRAL_WINDOW", readonly=False, ack=False) as sw:
-        for spw in (0, 1):
-            sw.putcell("CHAN_FREQ", spw, band[spw * N_CHAN : (spw + 1) * N_CHAN])
-            sw.putcell("CHAN_WIDTH", spw, np.full(N_CHAN, WIDTH))
+    band = LOWEST + SPACING * np.arange(2 * N_CHAN + 1)
+    held = np.r_[0:N_CHAN, N_CHAN + 1 : 2 * N_CHAN + 1]
+
+    def place(second):
+        with tables.table(f"{path}/SPECTRAL_WINDOW", readonly=False, ack=False) as sw:
+            for spw, centres in enumerate((band[:N_CHAN], second)):
+                sw.putcell("CHAN_FREQ", spw, centres)
+                sw.putcell("CHAN_WIDTH", spw, np.full(N_CHAN, WIDTH))
+
+    place(band[N_CHAN : 2 * N_CHAN])
     obs = read_observation_ms(path, spw="all")
-    np.testing.assert_array_equal(obs.freqs_hz, band)
+    np.testing.assert_array_equal(obs.freqs_hz, band[: 2 * N_CHAN])
     assert (obs.chan_width, obs.chan_spacing) == (WIDTH, SPACING)
 
-    with tables.table(f"{path}/SPECTRAL_WINDOW", readonly=False, ack=False) as sw:
-        sw.putcell("CHAN_FREQ", 1, band[N_CHAN - 1] + WIDTH + SPACING * np.arange(N_CHAN))
+    place(band[held[N_CHAN:]])
+    gap = read_observation_ms(path, spw="all")
+    np.testing.assert_array_equal(gap.freqs_hz, band)
+    np.testing.assert_array_equal(gap.vis[:, held], obs.vis)
+    assert np.all(gap.flags[:, N_CHAN]) and not np.any(gap.vis[:, N_CHAN])
+
+    place(band[N_CHAN - 1] + WIDTH + SPACING * np.arange(N_CHAN))
     assert main(["import-ms", str(path), "-o", str(tmp_path / "a.zarr"), "--spw", "all"]) == 2
     err = capsys.readouterr().err
     assert (
-        f"the first channel of window 1 is {WIDTH / 1e3:+.9g} kHz from the last of window 0, "
-        f"not {SPACING / 1e3:+.9g} kHz (one channel)" in err
+        f"the 8 channels read of spectral windows 0, 1 lie on a grid of 32 channels "
+        f"{WIDTH / 1e3:.9g} kHz apart: its 24 channels missing from the data would be filled "
+        "as flagged, more than those read" in err
     )
-    assert "0 (4 channels of 122.07 kHz every 610.352 kHz, 117.1875 to " in err
 
 
 def test_export_writes_the_spaced_channels_back(tmp_path):

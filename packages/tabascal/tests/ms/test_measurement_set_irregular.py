@@ -66,7 +66,7 @@ def test_uneven_channels_are_refused(tmp_path):
     freq = w.freqs[0].copy()
     freq[3] += 1e4
     _sub(path, "SPECTRAL_WINDOW", lambda t: t.putcell("CHAN_FREQ", 0, freq))
-    with pytest.raises(MsError, match=r"not evenly spaced .* channels 2 and 3 \(210 kHz\)"):
+    with pytest.raises(MsError, match=r"not evenly spaced, nor on a .* channels 2 and 3 \(210 "):
         read_observation_ms(path)
     width = np.full(4, w.chan_width)
     width[0] *= 2

@@ -63,14 +63,16 @@ def test_contiguous_windows_import_as_one_band_equal_to_the_windows_side_by_side
 @pytest.mark.parametrize(
     ("spw_freqs", "problem"),
     [
-        (None, "the first channel of window 1 is +9600 kHz from the last of window 0, not "
-               "+200 kHz (one channel)"),
+        ([(1300.0 * MHZ, 0.2 * MHZ), (1300.65 * MHZ, 0.2 * MHZ)],
+         "channels of the band are not evenly spaced, nor on a regular grid with channels "
+         "missing (steps 200 to 250 kHz; channels 0:2 and 1:0 (250 kHz) are not a whole number "
+         "of 200 kHz steps apart)"),
         ([(1300.0 * MHZ, 0.2 * MHZ), (1300.6 * MHZ, 0.4 * MHZ)],
          "their channels differ in width"),
         ([(1300.0 * MHZ, 0.2 * MHZ), (1300.4 * MHZ, 0.2 * MHZ)],
          "the first channel of window 1 is +0 kHz from the last of window 0"),
     ],
-    ids=["gap", "widths", "overlap"],
+    ids=["off-grid", "widths", "overlap"],
 )  # fmt: skip
 def test_windows_that_are_not_one_band_are_refused_naming_them(
     tmp_path, capsys, spw_freqs, problem
@@ -85,6 +87,44 @@ def test_windows_that_are_not_one_band_are_refused_naming_them(
         named = f"{spw} (3 channels of {width:g} kHz, {freqs[0] / MHZ:.9g} to "
         assert f"{named}{freqs[-1] / MHZ:.9g} MHz)" in err
     assert not (tmp_path / "a.zarr").exists()
+
+
+def test_a_gap_of_whole_channels_between_windows_is_filled_as_flagged(tmp_path, capsys):
+    """Window 0 begins two channels above where window 1 ends: the band's grid holds the
+    channel missing between them, flagged with vis 0, every other cell the windows' own;
+    export-ms writes each window's channels back into its own rows. Windows 9.6 MHz apart
+    would fill more channels than they hold: refused."""
+    path, store = tmp_path / "a.ms", tmp_path / "a.zarr"
+    w = build_ms(path, n_spw=2, spw_freqs=[(1300.8 * MHZ, 0.2 * MHZ), SIDE_BY_SIDE[1]], n_time=3)
+    assert main(["import-ms", str(path), "-o", str(store), "--spw", "all"]) == 0
+    assert "  1 channels of the grid missing between those read" in capsys.readouterr().out
+    obs = read_observation(store)
+    held = [0, 1, 2, 4, 5, 6]
+    np.testing.assert_array_equal(obs.freqs_hz[held], np.concatenate([w.freqs[1], w.freqs[0]]))
+    np.testing.assert_allclose(obs.freqs_hz, 1300.0 * MHZ + 0.2 * MHZ * np.arange(7), rtol=1e-15)
+    data = w.data.astype(np.complex128)
+    np.testing.assert_array_equal(
+        obs.vis[:, held], _band(w, (0.5 * (data[..., 0] + data[..., 1])).astype(np.complex64), 3)
+    )
+    bad = w.flag[..., 0] | w.flag[..., 1] | w.flag_row[:, None]
+    np.testing.assert_array_equal(obs.flags[:, held], _band(w, bad, 3))
+    assert np.all(obs.flags[:, 3]) and not np.any(obs.vis[:, 3])
+    assert obs.metadata["measurement_set"]["channels_filled"] == 1
+
+    store, results, values, _ = _fit(tmp_path, path, spw="all")
+    export_results(results, path, store=store)
+    with tables.table(str(path), ack=False) as ms:
+        sky = ms.getcol("TAB_SKY_DATA")[..., 0]
+    np.testing.assert_array_equal(_band(w, sky, 3), values["sky_vis"][:, held])
+
+    far = tmp_path / "far.ms"
+    build_ms(far, n_spw=2)
+    message = (
+        r"the 6 channels read of spectral windows 0, 1 lie on a grid of 53 channels 200 kHz "
+        r"apart: its 47 channels missing from the data would be filled as flagged"
+    )
+    with pytest.raises(MsError, match=message):
+        read_observation_ms(far, spw="all")
 
 
 def test_window_choices_that_cannot_be_read_are_refused(tmp_path):

@@ -111,6 +111,12 @@ def _grid_lines(meta, info: dict) -> list[str]:
             f"({info['integrations_filled']} whole integrations): filled as flagged, "
             f"{info['rows_filled'] * meta.n_freq} cells of vis 0"
         )
+    if info.get("channels_filled"):
+        lines.append(
+            f"  {info['channels_filled']} channels of the grid missing between those read: "
+            f"filled as flagged, {info['channels_filled'] * meta.n_bl * meta.n_time} cells of "
+            "vis 0"
+        )
     return lines
 
 

@@ -172,6 +172,7 @@ def read_meta(
         "integrations_filled": sel.n_times_filled,
         "channels": [start, stop],
         "channels_in_window": n_chan,
+        "channels_filled": sel.n_channels_filled,
         "window_channels": [
             {
                 "spw": w.spw,

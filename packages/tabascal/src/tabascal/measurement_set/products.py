@@ -23,25 +23,30 @@ class Cells:
     """Where the fit's cells are in the table. position: (n_rows_table,) t * n_bl + b of the
     (integration, baseline) each table row holds, -1 for rows outside the selection. window:
     (n_rows_table,) the index in ``windows`` of each row's spectral window. windows: for each
-    window, the MS channels read and the band's channels they are, in the window's order.
-    indices: the correlations fitted."""
+    window, the MS channels read and the places on the band's grid of channels they are, in
+    the window's order. indices: the correlations fitted."""
 
     position: np.ndarray
     window: np.ndarray
     n_bl: int
-    windows: tuple[tuple[slice, slice], ...]
+    windows: tuple[tuple[slice, np.ndarray], ...]
     indices: tuple[int, ...]
 
     def of(self, rows: np.ndarray):
         """For each spectral window with rows among ``rows``: the positions in ``rows`` of
-        those rows, their baseline and integration, the MS channels read and the band's
-        channels they hold (a slice of a cube's channel axis)."""
+        those rows, their baseline and integration, the MS channels read and the places of the
+        band's grid they hold (indices into a cube's channel axis: :func:`at`)."""
         pos = self.position[rows]
         for k, (channels, band) in enumerate(self.windows):
             hit = np.flatnonzero((pos >= 0) & (self.window[rows] == k))
             if hit.size:
                 t, b = np.divmod(pos[hit], self.n_bl)
                 yield hit, b, t, channels, band
+
+
+def at(cube: np.ndarray, b: np.ndarray, band: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """``cube`` (n_bl, n_freq, n_time) at rows (b, t) and channels ``band``: (n_rows, n_band)."""
+    return cube[b[:, None], band[None, :], t[:, None]]
 
 
 def selection_cells(sel, plan) -> Cells:
@@ -63,7 +68,7 @@ def cube_fill(cube: np.ndarray, cells: Cells):
         out = np.zeros((rows.size, *shape), np.complex64)
         for hit, b, t, channels, band in cells.of(rows):
             for i in cells.indices:
-                out[hit, channels, i] = cube[b, band, t]
+                out[hit, channels, i] = at(cube, b, band, t)
         return out
 
     return fill
@@ -76,9 +81,9 @@ def cleaned_fill(ms, data_column: str, rfi, gains, a1, a2, cells: Cells):
     def fill(rows, shape):
         out = get_rows(ms, data_column, rows)
         for hit, b, t, channels, band in cells.of(rows):
-            g1 = gains[a1[b], band, t].astype(np.complex128)
-            g2 = gains[a2[b], band, t].astype(np.complex128)
-            seen = g1 * rfi[b, band, t] * np.conj(g2)
+            g1 = at(gains, a1[b], band, t).astype(np.complex128)
+            g2 = at(gains, a2[b], band, t).astype(np.complex128)
+            seen = g1 * at(rfi, b, band, t) * np.conj(g2)
             for i in cells.indices:
                 out[hit, channels, i] -= seen
         return out
@@ -116,7 +121,7 @@ def flag_fill(ms, bad: np.ndarray, cells: Cells, merge: bool):
     def fill(rows, shape):
         out = get_rows(ms, "FLAG", rows) if merge else np.zeros((rows.size, *shape), bool)
         for hit, b, t, channels, band in cells.of(rows):
-            out[hit, channels, :] |= bad[b, band, t][..., None]
+            out[hit, channels, :] |= at(bad, b, band, t)[..., None]
         return out
 
     return fill

@@ -109,8 +109,8 @@ class MeasurementSetReader:
 
     column: data column ('DATA', 'CORRECTED_DATA', ...). correlation: 'I' (default), 'XX',
     'YY', 'RR' or 'LL'. spw: the spectral window id, or several (a sequence of ids, or 'all')
-    read side by side as one band: windows of equal channels, each beginning one channel
-    spacing above where the one below ends (:mod:`.selection`). field: the field id. Each is
+    read side by side as one band: windows of equal channels on one regular grid, each above
+    the one below (:mod:`.selection`). field: the field id. Each is
     needed when the data hold several. orbits: the emitters; or tle_file with satellites
     (catalogue numbers, None: all in the file) and ut1_utc_s, and ground_file and
     aircraft_file (``observation.emitters.read_ground`` and ``read_tracks``): the ground
@@ -213,6 +213,14 @@ class MeasurementSetReader:
                 sel.n_rows_filled,
                 sel.row_grid.size,
                 sel.n_times_filled,
+            )
+        if sel.n_channels_filled:
+            log.warning(
+                "%s: %d of the %d channels of the grid the channels read lie on are missing "
+                "from the data: they are filled with vis 0, flagged",
+                self.path,
+                sel.n_channels_filled,
+                sel.chan_freq_hz.size,
             )
         # One getcol cannot read a span of rows whose cells differ in shape (windows of
         # different sizes in a column of varying shape); such rows are selected one by one.

@@ -1,12 +1,16 @@
 """The rows of a Measurement Set that make one observation: a (time, baseline) grid.
 
 tabascal reads one field and one spectral window, or several side by side as one band when
-their channels are of equal width and spacing and each begins one spacing above where the one
-below ends (``spw=[0, 1]`` or ``spw="all"``; anything else is refused, naming the windows'
-channels). A window's channels are of one width and evenly spaced, the spacing at least the
-width: channels selected or decimated in frequency are spaced wider than they are wide, and
-the store keeps each channel's centre and the width (the model's frequency grid is spaced by
-the centres' step, its smearing within a channel and its noise by the width).
+their channels are of equal width, each window above the one below (``spw=[0, 1]`` or
+``spw="all"``; anything else is refused, naming the windows' channels). The channels read are
+of one width and lie on one regular grid whose step is at least the width: evenly spaced,
+side by side or spaced wider than they are wide (channels selected or decimated in frequency
+are), or with channels missing between them (a channel cut from a window, a gap between
+windows). The grid is the coarsest such, its step the smallest between centres divided by at
+most ``GRID_DIVISORS``; a place of it no channel holds is filled with flagged cells (refused
+when more would be filled than are read). The store keeps each channel's centre and the width
+(the model's frequency grid is spaced by the grid's step, its smearing within a channel and
+its noise by the width).
 Each window then has a grid of rows of its own on the common integrations and baselines.
 Autocorrelations (ANTENNA1 == ANTENNA2) are always dropped: the model is of
 cross-correlations, and an autocorrelation's noise-power bias and statistics are not those
@@ -25,7 +29,7 @@ fills with flagged cells (refused when more integrations would be filled than ho
 one stray TIME would make). Still refused, each with an :class:`MsError` naming the rows: a
 baseline twice in an integration, an antenna not in the ANTENNA table, INTERVAL varying,
 channels of unequal widths, channels that overlap (centres closer than a width) and channels
-not evenly spaced (the model's frequency grid is regular), naming the channels. Only the
+on no regular grid (the model's frequency grid is regular), naming the channels. Only the
 small columns (TIME, ANTENNA1, ANTENNA2, INTERVAL and, when the MS has several of them,
 DATA_DESC_ID and FIELD_ID) are read here.
 
@@ -36,7 +40,7 @@ ascending), channels of several by their index in the band, ascending in frequen
 lowest channel of the lowest window); integrations by their index on the grid, which is in
 time order whatever the rows' order. A range that is empty or reaches past the ends is an
 :class:`MsError` naming the range there is. Only the selected channels of one window must be
-of equal width and evenly spaced (several windows must be one band whole); the baselines are
+of equal width and on a regular grid (several windows must be one band whole); the baselines are
 those with a row in the selected integrations. Of several windows, each is read in the
 channels of the range it holds, the MS channels of a descending one being those that map
 onto them; a window holding none of the range is left out of the selection: not read, and
@@ -45,6 +49,7 @@ not written back.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -57,9 +62,10 @@ from tabascal.store.format import CHANNEL_RTOL
 
 SPACING_RTOL = 1e-3  # allowed relative jitter of INTERVAL; the least time tolerance
 TIME_TOLERANCE = 0.1  # default allowed offset of a TIME from its integration, in INTERVALs
+GRID_DIVISORS = 16  # the finest channel grid tried: the smallest step between centres over this
 SEVERAL_WINDOWS = (
     ", or several side by side as one band (--spw 0,1 or --spw all: windows of equal "
-    "channels, each beginning one channel spacing above where the one below ends)"
+    "channels on one regular grid, each above the one below)"
 )
 
 
@@ -74,7 +80,8 @@ class Window:
     spw, ddid: its ids. row_index: (n_time, n_bl) int64, the table row of each (integration,
     baseline) in this window, -1 where the MS has none (filled with flagged cells when read).
     channels: the MS channels read (step 1) of the n_chan_spw it holds; reversed: whether the
-    MS stores them descending. band: the slice of the selection's ascending channels they are.
+    MS stores them descending. band: (n_chan,) int64, the place of each (ascending) on the
+    selection's grid of channels: consecutive unless channels are missing between them.
     """
 
     spw: int
@@ -83,15 +90,12 @@ class Window:
     channels: slice
     n_chan_spw: int
     reversed: bool
-    band: slice
+    band: np.ndarray
 
-    def band_in_ms_order(self) -> slice:
-        """``band`` in the order the MS stores the window's channels: a slice of the
-        selection's ascending channels that lists them as the window's rows hold them."""
-        if not self.reversed:
-            return self.band
-        start, stop = self.band.start, self.band.stop
-        return slice(stop - 1, start - 1 if start > 0 else None, -1)
+    def band_in_ms_order(self) -> np.ndarray:
+        """``band`` in the order the MS stores the window's channels: the places on the
+        selection's grid of the channels as the window's rows hold them."""
+        return self.band[::-1] if self.reversed else self.band
 
     def ascending_channels(self) -> slice:
         """``channels`` counted in ascending frequency: the window's channels, lowest 0,
@@ -110,8 +114,10 @@ class MsSelection:
     antenna ids, in the order the baselines first appear in time order. time_mjd_s: (n_time,)
     TIME of each integration (MJD seconds, UTC): the median of its rows', the grid's where it
     has none. interval_s: INTERVAL, the grid's spacing. pol, field: the ids selected.
-    corr_types: (n_corr,) CASA codes. chan_freq_hz: (n_chan,) ascending, every window's.
-    chan_width_hz: each channel's width, > 0 (the centres are evenly spaced by at least it).
+    corr_types: (n_corr,) CASA codes. chan_freq_hz: (n_chan,) the regular grid of channels
+    the windows' lie on, ascending: each channel read is a place of it (``Window.band``), a
+    place none holds (a channel missing between them) is filled with flagged cells.
+    chan_width_hz: each channel's width, > 0 (the grid's step is at least it).
     n_autocorrelations: rows dropped for being autocorrelations.
     n_rows_table: all rows. in_time_order: whether the selected rows were ordered by TIME.
     time_tolerance: the largest offset of a TIME from its integration allowed, max_time_offset:
@@ -158,7 +164,12 @@ class MsSelection:
             return first.channels.start, first.channels.stop, first.n_chan_spw
         start = first.ascending_channels().start
         n_band = sum(w.n_chan_spw for w in self.windows)
-        return start, start + self.chan_freq_hz.size, n_band
+        return start, start + sum(w.band.size for w in self.windows), n_band
+
+    @property
+    def n_channels_filled(self) -> int:
+        """Channels of the grid that no window holds: missing between those read."""
+        return self.chan_freq_hz.size - sum(w.band.size for w in self.windows)
 
     @property
     def row_grid(self) -> np.ndarray:
@@ -235,13 +246,11 @@ class _Asked(NamedTuple):
 
 
 class _Channels(NamedTuple):
-    """The channels read of a window: ascending frequencies (n_chan,), width, the step
-    between their centres (the width for one channel), whether the MS stores them
-    descending, the MS channels read and how many the window holds."""
+    """The channels read of a window: ascending frequencies (n_chan,), width, whether the MS
+    stores them descending, the MS channels read and how many the window holds."""
 
     freq: np.ndarray
     width: float
-    spacing: float
     reversed: bool
     chosen: slice
     n_chan_spw: int
@@ -424,7 +433,8 @@ def _slice_text(s: slice) -> str:
 
 
 def _channels(tables, path: Path, spw: int, channels: slice | None) -> _Channels:
-    """The selected channels of window ``spw``."""
+    """The selected channels of window ``spw``, each of one width (else refused, naming the
+    odd ones)."""
     with subtable(tables, path, "SPECTRAL_WINDOW") as sw:
         freq = np.asarray(sw.getcell("CHAN_FREQ", spw), dtype=np.float64)
         width = np.abs(np.asarray(sw.getcell("CHAN_WIDTH", spw), dtype=np.float64))
@@ -440,94 +450,128 @@ def _channels(tables, path: Path, spw: int, channels: slice | None) -> _Channels
             "tabascal needs equal channels"
         )
     reverse = freq.size > 1 and freq[1] < freq[0]
-    ms_channel = chosen.start + (np.arange(freq.size)[::-1] if reverse else np.arange(freq.size))
     freq = freq[::-1] if reverse else freq
-    spacing = _check_spacing(spw, freq, float(width[0]), ms_channel)
-    return _Channels(freq, float(width[0]), spacing, bool(reverse), chosen, n_chan_spw)
+    return _Channels(freq, float(width[0]), bool(reverse), chosen, n_chan_spw)
 
 
-def _pairs_text(steps: np.ndarray, bad: np.ndarray, ms_channel: np.ndarray) -> str:
-    """The neighbouring channels ``bad`` (indices into the ascending steps), as the MS
-    numbers them, with their step: at most five."""
+def _ms_channels(part: _Channels) -> np.ndarray:
+    """The MS channel number of each of ``part``'s ascending channels."""
+    number = part.chosen.start + np.arange(part.freq.size)
+    return number[::-1] if part.reversed else number
+
+
+def _pairs_text(steps: np.ndarray, bad: np.ndarray, names: np.ndarray) -> str:
+    """The neighbouring channels ``bad`` (indices into the ascending steps), named by
+    ``names`` (each ascending channel's; MS numbers are given lower first), with their
+    step: at most five."""
     named = []
     for k in bad[:5]:
-        lo, hi = sorted((int(ms_channel[k]), int(ms_channel[k + 1])))
+        pair = names[k : k + 2]
+        lo, hi = sorted(pair) if np.issubdtype(pair.dtype, np.integer) else pair
         named.append(f"{lo} and {hi} ({steps[k] / 1e3:.9g} kHz)")
     return ", ".join(named) + (f" and {bad.size - 5} more" if bad.size > 5 else "")
 
 
-def _check_spacing(spw: int, freq: np.ndarray, width: float, ms_channel: np.ndarray) -> float:
-    """The step between the ascending channel centres ``freq`` (Hz) of window ``spw``: the
-    width for one channel. Refused: channels that overlap (a step below the width) and
-    steps that are not even, naming the channels (``ms_channel``: each one's MS index)."""
+class _Grid(NamedTuple):
+    """A regular frequency grid holding some channels: its step (Hz) and each channel's place
+    on it (n_chan,) int64, the lowest 0."""
+
+    spacing: float
+    place: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return int(self.place[-1]) + 1
+
+
+def _regular_grid(freq: np.ndarray, width: float, names: np.ndarray, where: str) -> _Grid:
+    """The coarsest regular grid, of a step no less than ``width``, on which the ascending
+    channel centres ``freq`` (Hz) of ``where`` lie (to ``CHANNEL_RTOL`` of the step): their
+    step itself when they are evenly spaced; a step dividing their smallest one by at most
+    ``GRID_DIVISORS`` when channels are missing between them. Refused: channels that overlap
+    (centres closer than the width) and centres on no such grid, naming the channels by
+    ``names``."""
     if freq.size < 2:
-        return width
+        return _Grid(width, np.zeros(freq.size, np.int64))
     steps = np.diff(freq)
     overlap = np.flatnonzero(steps < width * (1 - CHANNEL_RTOL))
     if overlap.size:
         raise MsError(
-            f"channels of spectral window {spw} overlap: they are {width / 1e3:.9g} kHz wide "
-            f"but the centres of channels {_pairs_text(steps, overlap, ms_channel)} are closer; "
-            "tabascal needs channels at least one width apart"
+            f"channels of {where} overlap: they are {width / 1e3:.9g} kHz wide but the centres "
+            f"of channels {_pairs_text(steps, overlap, names)} are closer; tabascal needs "
+            "channels at least one width apart"
         )
-    usual = float(np.median(steps))
-    uneven = np.flatnonzero(np.abs(steps - usual) > CHANNEL_RTOL * usual)
-    if uneven.size:
+    smallest = float(steps.min())
+    for divisor in range(1, GRID_DIVISORS + 1):
+        base = smallest / divisor
+        if base < width * (1 - CHANNEL_RTOL):
+            break
+        place = np.concatenate([[0], np.cumsum(np.rint(steps / base))]).astype(np.int64)
+        spacing = float(freq[-1] - freq[0]) / int(place[-1])
+        if np.all(np.abs(freq - freq[0] - place * spacing) <= CHANNEL_RTOL * spacing):
+            return _Grid(spacing, place)
+    ratio = steps / smallest
+    odd = np.flatnonzero(np.abs(ratio - np.rint(ratio)) > CHANNEL_RTOL * ratio)
+    odd = odd if odd.size else np.flatnonzero(steps > smallest * (1 + CHANNEL_RTOL))
+    raise MsError(
+        f"channels of {where} are not evenly spaced, nor on a regular grid with channels "
+        f"missing (steps {steps.min() / 1e3:.9g} to {steps.max() / 1e3:.9g} kHz; channels "
+        f"{_pairs_text(steps, odd, names)} are not a whole number of "
+        f"{smallest / 1e3:.9g} kHz steps apart): the model's frequency grid is regular; "
+        "choose evenly spaced channels with --channels"
+    )
+
+
+def _check_filled(grid: _Grid, n_read: int, where: str) -> None:
+    """Refuse a grid whose channels missing from the data outnumber those read."""
+    missing = grid.size - n_read
+    if missing > n_read:
         raise MsError(
-            f"channels of spectral window {spw} are not evenly spaced (steps "
-            f"{steps.min() / 1e3:.9g} to {steps.max() / 1e3:.9g} kHz, most "
-            f"{usual / 1e3:.9g} kHz; channels {_pairs_text(steps, uneven, ms_channel)}); "
-            "the model's frequency grid is regular: choose evenly spaced channels with "
-            "--channels"
+            f"the {n_read} channels read of {where} lie on a grid of {grid.size} channels "
+            f"{grid.spacing / 1e3:.9g} kHz apart: its {missing} channels missing from the data "
+            "would be filled as flagged, more than those read; choose channels closer together "
+            "with --channels (or fewer windows with --spw)"
         )
-    return float(freq[-1] - freq[0]) / (freq.size - 1)
 
 
 def _window_text(spw: int, part: _Channels) -> str:
     freq, width = part.freq, part.width
-    spaced = abs(part.spacing - width) > CHANNEL_RTOL * width
-    every = f" every {part.spacing / 1e3:.6g} kHz" if spaced else ""
+    spacing = float(np.median(np.diff(freq))) if freq.size > 1 else width
+    spaced = abs(spacing - width) > CHANNEL_RTOL * width
+    every = f" every {spacing / 1e3:.6g} kHz" if spaced else ""
     return (
         f"{spw} ({freq.size} channels of {width / 1e3:.6g} kHz{every}, {freq[0] / 1e6:.9g} to "
         f"{freq[-1] / 1e6:.9g} MHz)"
     )
 
 
-def _band_spacing(parts: list[_Channels]) -> float:
-    """The step between channel centres of windows read as one band: that of the first
-    window of several channels, else the step from the first window to the second."""
-    for p in parts:
-        if p.freq.size > 1:
-            return p.spacing
-    return float(parts[1].freq[0] - parts[0].freq[-1])
-
-
 def _band_problem(spws: list[int], parts: list[_Channels]) -> str | None:
     """What keeps windows (ascending in frequency) from being one band, or None."""
-    width, spacing = parts[0].width, _band_spacing(parts)
-    # A window of several channels had its own checked: only single channels can overlap here.
-    if spacing < width * (1 - CHANNEL_RTOL):
-        return (
-            f"the first channel of window {spws[1]} is {spacing / 1e3:+.9g} kHz from the last "
-            f"of window {spws[0]}, less than a channel's width: the channels overlap"
-        )
+    width = parts[0].width
     for k in range(1, len(spws)):
         if abs(parts[k].width - width) > CHANNEL_RTOL * width:
             return "their channels differ in width"
-        if parts[k].freq.size > 1 and abs(parts[k].spacing - spacing) > CHANNEL_RTOL * spacing:
-            return "their channels differ in spacing"
         step = parts[k].freq[0] - parts[k - 1].freq[-1]
-        if abs(step - spacing) > CHANNEL_RTOL * spacing:
+        if step < width * (1 - CHANNEL_RTOL):
             return (
                 f"the first channel of window {spws[k]} is {step / 1e3:+.9g} kHz from the last "
-                f"of window {spws[k - 1]}, not {spacing / 1e3:+.9g} kHz (one channel)"
+                f"of window {spws[k - 1]}, less than a channel's width: the channels overlap"
             )
+    freq = np.concatenate([p.freq for p in parts])
+    pairs = zip(spws, parts, strict=True)
+    names = np.array([f"{s}:{c}" for s, p in pairs for c in _ms_channels(p)])
+    try:
+        _regular_grid(freq, width, names, "the band")
+    except MsError as err:
+        return str(err).split(": the model's")[0]
     return None
 
 
 def _check_side_by_side(spws: list[int], parts: list[_Channels]) -> None:
-    """Refuse windows (ascending in frequency) that are not one band: equal channel widths
-    and spacings, each beginning one spacing above where the one below ends."""
+    """Refuse windows (ascending in frequency) that are not one band: equal channel widths,
+    each above the one below, their channels together on one regular grid."""
+    for spw, part in zip(spws, parts, strict=True):
+        _regular_grid(part.freq, part.width, _ms_channels(part), f"spectral window {spw}")
     problem = _band_problem(spws, parts)
     if problem is None:
         return
@@ -535,40 +579,59 @@ def _check_side_by_side(spws: list[int], parts: list[_Channels]) -> None:
     raise MsError(
         f"spectral windows {', '.join(map(str, spws))} cannot be read as one band: {problem}. "
         f"The windows: {described}. Windows are read side by side only when their channels "
-        "are of equal width and spacing and each begins one spacing above where the one below "
-        "ends; choose one with --spw"
+        "are of equal width, each window above the one below, and their centres lie on one "
+        "regular grid (channels missing between them are filled as flagged); choose one with "
+        "--spw"
     )
 
 
 def _band(tables, path: Path, spws: list[int], channels: slice | None):
-    """The windows read in ascending frequency (their indices in ``spws``), the band's
-    ascending frequencies (n_chan,) and width, and per window read (in that order) its
-    channels and the band's channels they are. Several windows are joined side by side and
-    ``channels`` taken of the band they make; a window holding none of them is not read."""
+    """The windows read in ascending frequency (their indices in ``spws``), the frequencies
+    (n_chan,) of the regular grid their channels lie on (ascending; a channel missing from
+    the data is a place of the grid between them) and the width, and per window read (in
+    that order) its channels and their places on the grid. Several windows are joined side
+    by side and ``channels`` taken of the band they make; a window holding none of them is
+    not read."""
     if len(spws) == 1:
-        part = _channels(tables, path, spws[0], channels)
-        return [0], part.freq, part.width, [(part, slice(0, part.freq.size))]
-    parts = [_channels(tables, path, spw, None) for spw in spws]
-    order = sorted(range(len(spws)), key=lambda k: parts[k].freq[0])
-    parts = [parts[k] for k in order]
-    in_order = [spws[k] for k in order]
-    _check_side_by_side(in_order, parts)
-    n_band = sum(p.freq.size for p in parts)
-    windows = ", ".join(map(str, in_order))
-    of = f"in the band of spectral windows {windows}, counted from its lowest frequency"
-    chosen = index_range(channels, n_band, "channel", "--channels", of)
-    read, band_parts = [], []
+        read, parts = [0], [_channels(tables, path, spws[0], channels)]
+        names, where = _ms_channels(parts[0]), f"spectral window {spws[0]}"
+    else:
+        whole = [_channels(tables, path, spw, None) for spw in spws]
+        order = sorted(range(len(spws)), key=lambda k: whole[k].freq[0])
+        whole = [whole[k] for k in order]
+        in_order = [spws[k] for k in order]
+        _check_side_by_side(in_order, whole)
+        read, parts, names = _band_channels(order, in_order, whole, channels)
+        where = f"spectral windows {', '.join(map(str, in_order))}"
+    freq = np.concatenate([p.freq for p in parts])
+    width = parts[0].width
+    grid = _regular_grid(freq, width, names, where)
+    _check_filled(grid, freq.size, where)
+    grid_freq = freq[0] + grid.spacing * np.arange(grid.size)
+    grid_freq[grid.place] = freq  # the channels held keep their centres exactly
+    ends = np.cumsum([0] + [p.freq.size for p in parts])
+    places = [grid.place[a:b] for a, b in itertools.pairwise(ends)]
+    return read, grid_freq, width, list(zip(parts, places, strict=True))
+
+
+def _band_channels(order: list[int], spws: list[int], whole: list[_Channels], channels):
+    """Of windows read whole (ascending in frequency; ``order``: their indices in the windows
+    asked), those holding some of ``channels`` of the band they make: their indices, their
+    channels in the range, and the names ("spw:channel") of those channels."""
+    n_band = sum(p.freq.size for p in whole)
+    of = f"in the band of spectral windows {', '.join(map(str, spws))}, counted from its lowest"
+    chosen = index_range(channels, n_band, "channel", "--channels", f"{of} frequency")
+    read, parts, names = [], [], []
     first = 0  # the band's channel where the window begins
-    for k, part in zip(order, parts, strict=True):
+    for k, spw, part in zip(order, spws, whole, strict=True):
         lo = max(chosen.start - first, 0)
         hi = min(chosen.stop - first, part.freq.size)
         if lo < hi:
             read.append(k)
-            band = slice(first + lo - chosen.start, first + hi - chosen.start)
-            band_parts.append((_part(part, slice(lo, hi)), band))
+            parts.append(_part(part, slice(lo, hi)))
+            names.extend(f"{spw}:{c}" for c in _ms_channels(parts[-1]))
         first += part.freq.size
-    freq = np.concatenate([p.freq for p, _ in band_parts])
-    return read, freq, parts[0].width, band_parts
+    return read, parts, np.asarray(names)
 
 
 def _part(whole: _Channels, ascending: slice) -> _Channels:
