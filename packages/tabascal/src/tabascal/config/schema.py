@@ -35,8 +35,10 @@ class Option:
     type: bool, int, float, str or list (ints are accepted for floats). items: for lists, the
     element type or a :class:`Section` each element must fit. min, max: inclusive bounds on
     numbers. choices: the allowed values (of each element, for lists). nullable: whether
-    ``None`` (YAML ``null``) is allowed. source: ``(dataclass, field name)`` for an option made
-    by :func:`option_from`, whose value sets that field; None for one declared here.
+    ``None`` (YAML ``null``) is allowed. words: strings allowed besides values of ``type``
+    (``auto`` for a count that the job settles itself). source: ``(dataclass, field name)`` for
+    an option made by :func:`option_from`, whose value sets that field; None for one declared
+    here.
     """
 
     type: type
@@ -48,6 +50,7 @@ class Option:
     choices: tuple | None = None
     nullable: bool = False
     items: Section | type | None = None
+    words: tuple[str, ...] = ()
     source: tuple[type, str] | None = None
 
 
@@ -102,6 +105,11 @@ def _key(path: str, name: str) -> str:
 
 
 def _allowed(option: Option) -> str:
+    words = "".join(f" or {word!r}" for word in option.words)
+    return _allowed_values(option) + words
+
+
+def _allowed_values(option: Option) -> str:
     if option.choices is not None:
         return "one of " + ", ".join(repr(c) for c in option.choices)
     bounds = []
@@ -113,7 +121,7 @@ def _allowed(option: Option) -> str:
     return " and ".join(bounds) + unit if bounds else _TYPE_NAMES.get(option.type, "a list")
 
 
-def _check_type(value, kind, key: str):
+def _check_type(value, kind, key: str, words: tuple[str, ...] = ()):
     if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     if kind is int and isinstance(value, int) and not isinstance(value, bool):
@@ -122,8 +130,9 @@ def _check_type(value, kind, key: str):
         return value
     if kind is list and isinstance(value, list | tuple):
         return list(value)
+    also = "".join(f" or {word!r}" for word in words)
     raise ConfigError(
-        f"config key '{key}': expected {_TYPE_NAMES.get(kind, 'a list')}, "
+        f"config key '{key}': expected {_TYPE_NAMES.get(kind, 'a list')}{also}, "
         f"got {value!r} ({type(value).__name__})"
     )
 
@@ -142,7 +151,9 @@ def _validate_option(option: Option, value, key: str):
         if option.nullable:
             return None
         raise ConfigError(f"config key '{key}' may not be null; expected {_allowed(option)}")
-    value = _check_type(value, option.type, key)
+    if isinstance(value, str) and value in option.words:
+        return value
+    value = _check_type(value, option.type, key, option.words)
     if option.choices is not None and option.type is not list:
         _check_choice(option, value, key)
     too_low = option.min is not None and value < option.min
@@ -232,6 +243,7 @@ def _describe_option(key: str, option: Option) -> str:
         parts.append(f">= {option.min}")
     if option.max is not None:
         parts.append(f"<= {option.max}")
+    parts.extend(f"or {word!r}" for word in option.words)
     if option.nullable:
         parts.append("or null")
     return f"{key} ({'; '.join(parts)}): {option.doc} [default {option.default!r}]"

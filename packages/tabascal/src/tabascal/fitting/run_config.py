@@ -16,7 +16,7 @@ import os
 from typing import Any
 
 from tabascal.config import ConfigError, Option, Section, option_from, validate
-from tabascal.fitting import data_noise, optimiser, satellites
+from tabascal.fitting import data_noise, optimiser, satellites, tiles
 from tabascal.model import frame, gains, orbit_corrections, rfi_signal, rfi_vis, sky
 from tabascal.parallel.routes import SHARD_AXES
 
@@ -193,6 +193,44 @@ SCHEMA = Section(
                     "most MiB of rfi_vis_by_satellite under per_satellite auto",
                     "MiB",
                     min=0.0,
+                ),
+            },
+        ),
+        "tiles": Section(
+            "Fitting the observation as a grid of (time x frequency) tiles, one after "
+            "another, each its own fit; the results are stitched, each cell from the tile "
+            "whose core holds it.",
+            {
+                "time": Option(
+                    int,
+                    tiles.AUTO,
+                    "tiles along time, their cores as even as possible; auto is one tile (to "
+                    "come from the memory plan)",
+                    min=1,
+                    words=(tiles.AUTO,),
+                ),
+                "freq": Option(
+                    int,
+                    tiles.AUTO,
+                    "tiles along frequency, their cores as even as possible; auto is one tile "
+                    "(to come from the memory plan)",
+                    min=1,
+                    words=(tiles.AUTO,),
+                ),
+                "overlap_s": Option(
+                    float,
+                    0.0,
+                    "time each tile fits past its core on either side (rounded up to whole "
+                    "integrations; clipped to the observation)",
+                    "s",
+                    min=0.0,
+                ),
+                "overlap_channels": Option(
+                    int,
+                    0,
+                    "channels each tile fits past its core on either side (clipped to the "
+                    "observation)",
+                    min=0,
                 ),
             },
         ),

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from tabascal.fitting import run_config
+from tabascal.fitting import run_config, tiles
 from tabascal.fitting.optimiser import FitConfig
 from tabascal.model.frame import ModelConfig
 
@@ -27,6 +27,30 @@ class Sharding:
     axis: str
     reuse_plan: bool
     row_blocks: int
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """The grid of tiles the observation is fitted as (``fitting.tiles.plan_tiles``): tiles
+    along time and frequency (a count, or ``tiles.AUTO``), and the overlap of each tile past
+    its core in seconds and in channels."""
+
+    time: int | str = tiles.AUTO
+    freq: int | str = tiles.AUTO
+    overlap_s: float = 0.0
+    overlap_channels: int = 0
+
+    def grid(self, meta) -> list[tiles.Tile]:
+        """The tiles of the observation of ``meta`` (an ``ObservationMeta``)."""
+        return tiles.plan_tiles(
+            meta.n_time,
+            meta.n_freq,
+            meta.int_time,
+            time=self.time,
+            freq=self.freq,
+            overlap_s=self.overlap_s,
+            overlap_channels=self.overlap_channels,
+        )
 
 
 @dataclass(frozen=True)
@@ -91,7 +115,7 @@ class RunPlan:
 
     model, fit: the model's and the optimiser's settings; init, seed: the start (``auto`` until
     the job settles it from the observation) and the prior draw's seed; data, output,
-    satellites, sharding: the run job's own sections, typed. record: the validated
+    satellites, sharding, tiles: the run job's own sections, typed. record: the validated
     configuration, read-only, kept for ``as_config`` alone.
     """
 
@@ -104,14 +128,16 @@ class RunPlan:
     satellites: SatelliteSettings
     sharding: Sharding
     record: Mapping = field(repr=False, compare=False)
+    tiles: Tiling = field(default_factory=Tiling)
 
     def as_config(self) -> dict:
         """The configuration this plan runs, as config.yaml records it: the validated
         configuration it was resolved from, with the start and the row blocks it settled
-        on."""
+        on, and its tiles."""
         config = _thawed(self.record)
         config["fit"]["init"] = self.init
         config["sharding"]["row_blocks"] = self.sharding.row_blocks
+        config["tiles"] = dict(vars(self.tiles))
         return config
 
 
@@ -160,4 +186,5 @@ def plan_run(
         ),
         sharding=Sharding(axis, reuse, blocks),
         record=_frozen(config),
+        tiles=Tiling(**config["tiles"]),
     )
