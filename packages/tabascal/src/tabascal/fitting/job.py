@@ -34,6 +34,7 @@ from tabascal.fitting import (
     plots,
     results,
     satellites,
+    tiled,
 )
 from tabascal.fitting.compile_cache import CompileCounts, compile_counts, compile_summary
 from tabascal.fitting.output_folder import (  # noqa: F401 (the errors and lock, re-exported)
@@ -50,6 +51,7 @@ from tabascal.fitting.output_folder import (  # noqa: F401 (the errors and lock,
     write_atomically,
 )
 from tabascal.fitting.run_plan import OutputSettings, RunPlan, plan_run
+from tabascal.fitting.tile_rows import TileRows
 from tabascal.model import joint, likelihood, orbit_corrections
 from tabascal.observation import geometry
 from tabascal.parallel import backends, baseline_axis, blockwise, processes, routes
@@ -112,6 +114,8 @@ def _whole_observation(source):
     """Every row of ``source`` in this process (the routes that need them)."""
     if isinstance(source, data_noise.EstimatedNoise):
         return source.whole(_whole_observation(source.rows))
+    if isinstance(source, TileRows):
+        return source.whole()
     if isinstance(source, blockwise.MemoryRows):
         return source.obs
     from tabascal.store import read_observation
@@ -263,19 +267,30 @@ def run(
     baselines by the antenna-reuse plan (baseline axis only). Each, when None, is taken as
     ``tabascal run`` takes it without its flag: from ``config``'s ``sharding`` (and
     $TABASCAL_SHARD_AXIS); a plan has settled both already, and takes neither.
+
+    With more than one tile (config section ``tiles``), each tile is fitted in turn as its
+    own observation into ``out_dir/tiles/<name>`` and the tiles are stitched into
+    ``out_dir``'s results.zarr and summary.json (``tiled.run_tiles``; a dict is returned).
     """
     began = time.perf_counter()
     compiles_from = compile_counts()
     plan = _plan_of(config, shard_axis, reuse_plan)
     route = routes.route(plan.sharding.axis, plan.sharding.reuse_plan)
     source = obs if hasattr(obs, "read") else blockwise.MemoryRows(obs)
+    grid = plan.tiles.grid(source.meta)  # before any work: the tiles' counts are checked here
     # init "auto" is settled here, and config.yaml records the start the fit took.
     init = joint.resolve_init(
         plan.init, source.meta, processes.process_count(), by_block=route.by_block
     )
-    plan = dataclasses.replace(plan, init=init)
     by_block = _check_route(route, source, init)
     orbit_corrections.check_route(plan.model.orbits, route.name)
+    if len(grid) > 1:
+        # Each tile settles its own start from its own size.
+        return tiled.run_tiles(
+            run, source, out_dir, plan, grid, resume=resume, overwrite=overwrite,
+            progress=progress,
+        )  # fmt: skip
+    plan = dataclasses.replace(plan, init=init)
     with precision_scope(plan.model.precision), contextlib.ExitStack() as claimed:
         out_dir = Path(out_dir)
         with processes.stage("preparing the output folder"):

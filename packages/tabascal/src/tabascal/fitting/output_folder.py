@@ -35,11 +35,14 @@ logger = logging.getLogger(__name__)
 RESULTS = "results.zarr"
 SUMMARY = "summary.json"
 CHECKPOINTS = "checkpoints"
+TILES = "tiles"  # a tiled run's folder of tiles, each a run's output folder of its own
 LOCK = ".tabascal.lock"
 # In the order they are removed: summary.json first (it says the others are there and whole),
-# then the checkpoint (what --resume would continue), so that a kill meanwhile leaves neither
-# a summary of missing outputs nor an old fit to resume.
-OUTPUT_NAMES = (SUMMARY, CHECKPOINTS, RESULTS, "config.yaml", "loss.png", "baselines.png")
+# then the checkpoint and the tiles (what --resume would continue), so that a kill meanwhile
+# leaves neither a summary of missing outputs nor an old fit to resume.
+OUTPUT_NAMES = (
+    SUMMARY, CHECKPOINTS, TILES, RESULTS, "config.yaml", "loss.png", "baselines.png",
+)  # fmt: skip
 # flock's answers on a file system that keeps no locks (some network file systems).
 _NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
@@ -219,7 +222,9 @@ def _checkpoint_step(path: Path) -> int:
         return int(saved["history_loss"].size)
 
 
-def prepare_output(out_dir: Path, *, resume: bool, overwrite: bool) -> OutputLock:
+def prepare_output(
+    out_dir: Path, *, resume: bool, overwrite: bool, tiled: bool = False
+) -> OutputLock:
     """Claim ``out_dir`` for a run and return its lock, held (the caller releases it).
 
     Creates the folder and takes its lock (``OutputLock``: another run writing there is
@@ -228,7 +233,9 @@ def prepare_output(out_dir: Path, *, resume: bool, overwrite: bool) -> OutputLoc
     nothing else). A run that was killed (its lock left behind) before its first checkpoint
     left nothing to resume: its outputs are removed, with a warning, and the run starts
     afresh; one that left a checkpoint is refused with the step to resume from. A folder that
-    cannot be written is an ``OutputError`` naming it.
+    cannot be written is an ``OutputError`` naming it. ``tiled``: the run fits tiles, each in
+    its own folder under ``tiles/``, and resumes from them rather than from a checkpoint of
+    its own.
     """
     out_dir = Path(out_dir)
     if resume and overwrite:
@@ -236,7 +243,12 @@ def prepare_output(out_dir: Path, *, resume: bool, overwrite: bool) -> OutputLoc
     if out_dir.exists() and not out_dir.is_dir():
         raise OutputExistsError(f"{out_dir} exists and is not a folder")
     checkpoint = out_dir / CHECKPOINTS / CHECKPOINT_NAME
-    if resume and not checkpoint.is_file():
+    if resume and tiled and not _tiles_begun(out_dir):
+        raise NoCheckpointError(
+            f"--resume: {out_dir / TILES} holds no tile to continue; run without --resume to "
+            "start a new fit"
+        )
+    if resume and not tiled and not checkpoint.is_file():
         raise NoCheckpointError(
             f"--resume: {checkpoint} does not exist; run without --resume to start a new fit"
         )
@@ -256,6 +268,15 @@ def prepare_output(out_dir: Path, *, resume: bool, overwrite: bool) -> OutputLoc
         lock.give_back()
         raise
     return lock
+
+
+def _tiles_begun(out_dir: Path) -> bool:
+    """Whether a tiled run into ``out_dir`` finished a tile or checkpointed one."""
+    tiles = out_dir / TILES
+    return tiles.is_dir() and any(
+        (tile / SUMMARY).is_file() or (tile / CHECKPOINTS / CHECKPOINT_NAME).is_file()
+        for tile in tiles.iterdir()
+    )
 
 
 def _clear_output(out_dir: Path, resume: bool, overwrite: bool, interrupted: dict | None):
@@ -280,6 +301,12 @@ def _clear_output(out_dir: Path, resume: bool, overwrite: bool, interrupted: dic
                 f"{out_dir} holds the checkpoint of a run that was interrupted after step "
                 f"{_checkpoint_step(checkpoint)} ({_holder_text(interrupted)}); pass --resume "
                 "to continue it, or --overwrite to start again"
+            )
+        if _tiles_begun(out_dir):
+            raise OutputExistsError(
+                f"{out_dir} holds the tiles of a run that was interrupted "
+                f"({_holder_text(interrupted)}); pass --resume to continue it from its "
+                "finished and checkpointed tiles, or --overwrite to start again"
             )
         if entries <= set(OUTPUT_NAMES):
             removed = _remove_outputs(out_dir)
