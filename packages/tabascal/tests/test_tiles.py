@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import zarr
 
+from tabascal.cli import fit as fit_command
 from tabascal.config import ConfigError
 from tabascal.fitting import job, optimiser, results, run_config, tiled
 from tabascal.fitting.run_plan import OutputSettings
@@ -324,6 +325,9 @@ def test_resume_skips_a_finished_tile_and_ends_as_an_uninterrupted_run(
     assert TILE_NAMES[0] not in saved and TILE_NAMES[1] in saved
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     assert [t["fitted"] for t in summary["tiles"]] == ["earlier", "now"]
+    said = "\n".join(fit_command._summary_lines(summary))
+    assert "tiles                 2 (2 in time x 1 in frequency, overlaps 2 integrations" in said
+    assert "each in tiles/; 1 finished earlier" in said
     assert summary["chi2_final"] == fits.tiled["chi2_final"]
     assert summary["steps"] == fits.tiled["steps"]
     a = zarr.open_group(str(fits.root / "tiled" / "results.zarr"), mode="r")

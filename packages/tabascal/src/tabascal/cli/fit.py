@@ -111,6 +111,8 @@ def _summary_lines(summary: dict) -> list[str]:
     if summary.get("collectives"):
         found = ", ".join(f"{name} x{count}" for name, count in summary["collectives"].items())
         lines.append(f"  collectives per step  {found}")
+    if summary.get("tile_grid"):
+        lines.append(_tiles_line(summary["tile_grid"], summary["tiles"]))
     truth = summary.get("truth")
     if truth:
         lines.append("  against the truth     RMSE (Jy)   RMSE / noise")
@@ -124,6 +126,17 @@ def _summary_lines(summary: dict) -> list[str]:
     if summary.get("orbits"):
         lines += _orbit_lines(summary["orbits"])
     return lines
+
+
+def _tiles_line(grid: dict, tiles: list[dict]) -> str:
+    """How many tiles the run fitted and how many it found finished (--resume)."""
+    earlier = sum(tile["fitted"] == "earlier" for tile in tiles)
+    line = (
+        f"  tiles                 {grid['n_tiles']} ({grid['time']} in time x {grid['freq']} in "
+        f"frequency, overlaps {grid['overlap_integrations']} integrations and "
+        f"{grid['overlap_channels']} channels), each in tiles/"
+    )
+    return line + (f"; {earlier} finished earlier" if earlier else "")
 
 
 def _more(n: int) -> list[str]:
