@@ -109,7 +109,9 @@ def fit_scenario(store: Path, out: Path, steps: int | None, run_overrides: dict)
 def score_results(obs, results_path: Path) -> dict:
     """A fit's results (``results_path``, a results.zarr) scored against ``obs``'s truth: the
     RFI and apparent sky it leaves over the noise, its gains over their spread, and the
-    cells a 3-sigma flagger would discard."""
+    cells a 3-sigma flagger would discard. A channel missing from the data (flagged in every
+    cell) has nothing to clean: the scores are of the channels with data, and what the fit
+    predicts in the missing ones is given apart (``*_missing_channels``)."""
     import numpy as np
     import zarr
 
@@ -122,12 +124,22 @@ def score_results(obs, results_path: Path) -> dict:
     sky_true = _apparent(t.sky_vis, g_true, a1, a2)
     sky_fit = _apparent(np.asarray(results["sky_vis"]), g_fit, a1, a2)
     spread = _rms(g_true - 1)
-    return {
-        "rfi_over_noise": _rms(rfi_fit - rfi_true) / noise,
-        "sky_over_noise": _rms(sky_fit - sky_true) / noise,
-        "gains_over_spread": _rms(g_fit - g_true) / spread if spread > 0 else None,
-        "flagged_by_3_sigma": float(np.mean(np.abs(rfi_true) > 3 * noise)),
-        "rfi_rms_over_noise": _rms(rfi_true) / noise,
+    held = ~np.all(np.asarray(obs.flags), axis=(0, 2))
+    scores = {
+        "rfi_over_noise": _rms((rfi_fit - rfi_true)[:, held]) / noise,
+        "sky_over_noise": _rms((sky_fit - sky_true)[:, held]) / noise,
+        "gains_over_spread": _rms((g_fit - g_true)[:, held]) / spread if spread > 0 else None,
+        "flagged_by_3_sigma": float(np.mean(np.abs(rfi_true[:, held]) > 3 * noise)),
+        "rfi_rms_over_noise": _rms(rfi_true[:, held]) / noise,
+    }
+    if held.all():
+        return scores
+    missing = ~held
+    return scores | {
+        "missing_channels": np.flatnonzero(missing).tolist(),
+        "rfi_over_noise_missing_channels": _rms((rfi_fit - rfi_true)[:, missing]) / noise,
+        "sky_over_noise_missing_channels": _rms((sky_fit - sky_true)[:, missing]) / noise,
+        "rfi_rms_over_noise_missing_channels": _rms(rfi_true[:, missing]) / noise,
     }
 
 

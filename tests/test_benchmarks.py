@@ -5,6 +5,7 @@ the accelerator session. The operator benchmarks' are in tests/test_benchmarks_o
 import json
 import re
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -141,6 +142,39 @@ def test_science_scores_agree_with_the_run_summary_and_the_twin_has_no_rfi(tmp_p
     assert record["n_satellites"] == 2 and 0 < record["flagged_by_3_sigma"] <= 1
     assert record["sky_over_twin"] == record["sky_over_noise"] / record["twin_sky_over_noise"]
     assert science._met(record)["rfi"] == (record["rfi_over_noise"] <= 0.2)
+
+
+def test_science_scores_leave_out_a_channel_missing_from_the_data(tmp_path):
+    """A channel flagged in every cell has nothing to clean: the scores are of the others
+    (an error of 0.1 of the noise in every one of their cells scores 0.1), and what the fit
+    predicts in the missing channel (an error of 5) is given apart."""
+    import zarr
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import science
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    n_bl, n_freq, n_time, noise = 3, 4, 5, 2.0
+    rng = np.random.default_rng(0)
+    rfi = rng.normal(size=(n_bl, n_freq, n_time)) * (1 + 1j)
+    error = np.full(rfi.shape, 0.1 * noise, complex)
+    error[:, 2] = 5 * noise
+    flags = np.zeros(rfi.shape, bool)
+    flags[:, 2] = True
+    gains = np.ones((3, n_freq, n_time), complex)
+    truth = SimpleNamespace(rfi_vis=rfi, sky_vis=np.zeros_like(rfi), gains=1.25 * gains)
+    obs = SimpleNamespace(truth=truth, a1=[0, 0, 1], a2=[1, 2, 2], noise=noise, flags=flags)
+    group = zarr.open_group(str(tmp_path / "results.zarr"), mode="w")
+    group.create_array("rfi_vis", data=(rfi + error / 1.5625).astype(np.complex64))
+    group.create_array("sky_vis", data=np.zeros_like(rfi, np.complex64))
+    group.create_array("gains", data=(1.25 * gains).astype(np.complex64))
+    scores = science.score_results(obs, tmp_path / "results.zarr")
+    # float32 results: measured 1e-8 from 0.1 and 5
+    assert scores["rfi_over_noise"] == pytest.approx(0.1, rel=1e-6)
+    assert scores["missing_channels"] == [2]
+    assert scores["rfi_over_noise_missing_channels"] == pytest.approx(5, rel=1e-6)
+    assert scores["sky_over_noise"] == 0 and scores["gains_over_spread"] == 0
 
 
 def test_rfi_floor_of_exact_amplitudes_is_within_the_averaging_tolerance_for_gnss(tmp_path):

@@ -196,6 +196,22 @@ def test_streaming_through_a_disk_scratch_matches_the_in_memory_path(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.zarr", "b.zarr"]
 
 
+def test_missing_channels_are_flagged_with_vis_0_and_the_rest_unchanged(tmp_path):
+    """A channel missing from the data: its cells flagged and 0, its truth kept; every other
+    cell as the same seed simulates it without the channel missing (its own random streams
+    are untouched)."""
+    simulate(_small_config(), tmp_path / "whole.zarr")
+    cut = _small_config()
+    cut["observation"]["missing_channels"] = [1]
+    simulate(cut, tmp_path / "cut.zarr")
+    whole, gap = read_observation(tmp_path / "whole.zarr"), read_observation(tmp_path / "cut.zarr")
+    assert np.all(gap.flags[:, 1]) and not np.any(gap.vis[:, 1])
+    np.testing.assert_array_equal(gap.vis[:, 0], whole.vis[:, 0])
+    np.testing.assert_array_equal(gap.flags[:, 0], whole.flags[:, 0])
+    np.testing.assert_array_equal(gap.truth.rfi_vis, whole.truth.rfi_vis)
+    np.testing.assert_array_equal(gap.truth.sky_vis, whole.truth.sky_vis)
+
+
 def test_existing_output_is_refused_unless_overwrite(demo):
     path, config, *_ = demo
     with pytest.raises(FileExistsError, match="already exists"):
@@ -250,6 +266,12 @@ def test_bench_presets_plan_their_sizes_and_stream(preset, n_ant, n_freq, n_time
         ("demo", {"satellites": {"kinds": ["glonas"]}}, r"did you mean 'glonass'\?"),
         ("demo", {"observation": {"int_time_s": -1}}, r"'observation.int_time_s': -1.0 is out"),
         ("demo", {"gains": {"ref_antt": 1}}, r"did you mean 'gains.ref_ant'\?"),
+        (
+            "demo",
+            {"observation": {"missing_channels": [4]}},
+            r"'observation.missing_channels' = \[4\] must name channels 0 to 3",
+        ),
+        ("demo", {"observation": {"missing_channels": [0, 1, 2, 3]}}, r"names every channel"),
     ],
 )
 def test_bad_simulation_configs_name_the_key(preset, overrides, message):

@@ -135,6 +135,13 @@ SCHEMA = Section(
                 "flag_fraction": Option(
                     float, 0.0, "fraction of cells flagged at random", min=0.0, max=1.0
                 ),
+                "missing_channels": Option(
+                    list,
+                    [],
+                    "channels (0 to n_freq - 1) missing from the data, as when cut in "
+                    "frequency: flagged with vis 0, their truth kept",
+                    items=int,
+                ),
             },
         ),
         "sky": Section(
@@ -328,6 +335,16 @@ def simulation_config(
             f"than the channel width observation.chan_width_hz = {obs['chan_width_hz']:g} Hz: "
             "the channels would overlap; give a spacing of at least the width, or null for "
             "channels side by side"
+        )
+    missing = obs["missing_channels"]
+    if len(set(missing)) != len(missing) or not all(0 <= c < obs["n_freq"] for c in missing):
+        raise ConfigError(
+            f"config key 'observation.missing_channels' = {missing} must name channels 0 to "
+            f"{obs['n_freq'] - 1} (observation.n_freq = {obs['n_freq']}), each once"
+        )
+    if len(missing) >= obs["n_freq"]:
+        raise ConfigError(
+            "config key 'observation.missing_channels' names every channel: leave some in the data"
         )
     return config
 

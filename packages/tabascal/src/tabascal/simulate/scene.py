@@ -61,6 +61,7 @@ class Scene:
     noise: float | np.ndarray
     sefd_jy: np.ndarray
     flag_fraction: float
+    missing_channels: tuple[int, ...]
     seed: int
 
 
@@ -208,5 +209,6 @@ def build_scene(config: dict) -> Scene:
         noise=noise,
         sefd_jy=sefd,
         flag_fraction=obs["flag_fraction"],
+        missing_channels=tuple(obs["missing_channels"]),
         seed=seed,
     )

@@ -183,6 +183,8 @@ def _pass_two(scene: Scene, sim_plan: SimulationPlan, scratch: dict, writer, pro
             vis = g[a1] * (sky + rfi) * np.conj(g[a2]) + (noise[0] + 1j * noise[1])
             flag_rng = np.random.default_rng([scene.seed, STREAM_FLAGS, k])
             flags = flag_rng.uniform(size=sky.shape) < scene.flag_fraction
+            missing = list(scene.missing_channels)
+            vis[:, missing], flags[:, missing] = 0, True
             writer.write_rows(
                 rows.start,
                 vis=vis,
