@@ -10,7 +10,7 @@ import zarr
 
 from tabascal.cli import fit as fit_command
 from tabascal.config import ConfigError
-from tabascal.fitting import job, optimiser, results, run_config, tiled
+from tabascal.fitting import job, optimiser, results, run_config, tile_stitch
 from tabascal.fitting.run_plan import OutputSettings
 from tabascal.fitting.tiles import Tile, plan_tiles
 from tabascal.parallel.blockwise import StoreRows
@@ -172,7 +172,7 @@ def test_each_cell_of_the_stitched_results_is_its_owning_tiles(tmp_path):
     output = OutputSettings(
         plots=False, plot_baselines=1, per_satellite="auto", per_satellite_mb=1.0
     )
-    stitched = tiled.stitch(tmp_path, grid, meta, output)
+    stitched = tile_stitch.stitch(tmp_path, grid, meta, output)
 
     out = zarr.open_group(str(tmp_path / "results.zarr"), mode="r")
     for f in range(n_freq):
