@@ -16,13 +16,12 @@ import numpy as np
 
 from ri_kernels import _validate
 from ri_kernels._analytic import (
-    _block_coordinates,
     _block_plan,
     _bytes_per_pair_cell,
     _checked,
     _signal,
 )
-from ri_kernels._blocks import DEFAULT_MEMORY_BUDGET_BYTES, map_blocks
+from ri_kernels._blocks import DEFAULT_MEMORY_BUDGET_BYTES
 from ri_kernels._pair_moments import block_moments, cell_constants, centre_orders
 from ri_kernels._tables import AnalyticTables
 
@@ -32,10 +31,18 @@ _FN = "analytic_moments_with_indices"
 @functools.partial(jax.jit, static_argnames=("options", "budget"))
 def _moments(indices, phase, delay_us, tables, freq_mhz, view, options, budget):
     """Every pair's and cell's phase moments: (n_mom, n_bl, n_freq, n_time, n_rfi, n_int_f),
-    or with ``channel_terms`` J > 0 at the channels' centres, (n_mom + J + 2, ..., 1)."""
+    or with ``channel_terms`` J > 0 at the channels' centres, (n_mom + J + 2, ..., 1).
+
+    Formed block by block straight into the result, which a loop updates in place: besides
+    the moments themselves, forming them takes one block's working set (about ``budget``
+    bytes), not a second and third copy of the moments as stacking the blocks and reordering
+    them would. Blocks are the operator's (:func:`_block_plan`), the last of each axis moved
+    back to end at the last row or cell (its first items formed twice, the same values), so
+    that no block reaches past the result."""
     options = options._asdict()
     n_ant, n_rfi, n_freq, n_time = phase.shape
     n_bl, n_int_f = indices.a1.shape[0], tables.dnu_mhz.shape[0]
+    n_cells = n_freq * n_time
     n_mom = 2 * tables.g_time.shape[2] - 1
     complex_dtype = jax.lax.complex(phase[:0], phase[:0]).dtype
     like = jax.ShapeDtypeStruct((n_ant, n_rfi), complex_dtype)
@@ -43,28 +50,37 @@ def _moments(indices, phase, delay_us, tables, freq_mhz, view, options, budget):
     signal = _signal(None, phase, delay_us)
     constants = cell_constants(tables, freq_mhz, view)
 
-    def block(block_id):
-        rows, cell_f, cell_t = _block_coordinates(grid, block_id, n_bl, n_freq, n_time)
-        p, q = indices.a1[rows], indices.a2[rows]
-        return block_moments(signal, constants, p, q, cell_f, cell_t, n_mom, options)
-
     n_kept = n_mom
     if options["channel_terms"]:  # kept at the channels' centres, a few orders more
         n_kept, n_int_f = n_mom + centre_orders(options, kept=True), 1
     if n_bl == 0:
         return jnp.zeros((n_kept, 0, n_freq, n_time, n_rfi, n_int_f), complex_dtype)
 
-    block_ids, grid = _block_plan(n_bl, n_freq, n_time, per_pair_cell, budget)
-    ys = map_blocks(block, block_ids)  # (n_blocks, n_kept, B, C, n_rfi, n_int_f)
-    ys = ys.reshape(grid.n_row_blocks, grid.n_cell_blocks, *ys.shape[1:])
-    ys = ys.transpose(2, 0, 3, 1, 4, 5, 6).reshape(
-        n_kept,
-        grid.n_row_blocks * grid.rows_per_block,
-        grid.n_cell_blocks * grid.cells_per_block,
-        n_rfi,
-        n_int_f,
-    )
-    return ys[:, :n_bl, : n_freq * n_time].reshape(n_kept, n_bl, n_freq, n_time, n_rfi, n_int_f)
+    _, grid = _block_plan(n_bl, n_freq, n_time, per_pair_cell, budget)
+    n_rows, n_cols = min(grid.rows_per_block, n_bl), min(grid.cells_per_block, n_cells)
+
+    def block(first_row, first_cell):
+        """(n_kept, n_rows, n_cols, n_rfi, n_int_f): the moments of the rows and cells from
+        ``first_row`` and ``first_cell`` (traced)."""
+        rows = first_row + jnp.arange(n_rows, dtype=jnp.int32)
+        cells = first_cell + jnp.arange(n_cols, dtype=jnp.int32)
+        p, q = indices.a1[rows], indices.a2[rows]
+        y = block_moments(signal, constants, p, q, cells // n_time, cells % n_time, n_mom, options)
+        return y.astype(complex_dtype)
+
+    def step(k, moments):
+        first_row = jnp.minimum((k // grid.n_cell_blocks) * n_rows, n_bl - n_rows)
+        first_cell = jnp.minimum((k % grid.n_cell_blocks) * n_cols, n_cells - n_cols)
+        y = block(first_row.astype(jnp.int32), first_cell.astype(jnp.int32))
+        return jax.lax.dynamic_update_slice(moments, y, (0, first_row, first_cell, 0, 0))
+
+    n_blocks = grid.n_row_blocks * grid.n_cell_blocks
+    if n_blocks == 1:
+        moments = block(jnp.int32(0), jnp.int32(0))
+    else:
+        moments = jnp.zeros((n_kept, n_bl, n_cells, n_rfi, n_int_f), complex_dtype)
+        moments = jax.lax.fori_loop(0, n_blocks, step, moments)
+    return moments.reshape(n_kept, n_bl, n_freq, n_time, n_rfi, n_int_f)
 
 
 def analytic_moments_with_indices(
