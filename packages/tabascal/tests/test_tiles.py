@@ -334,3 +334,14 @@ def test_resume_skips_a_finished_tile_and_ends_as_an_uninterrupted_run(
     b = zarr.open_group(str(out / "results.zarr"), mode="r")
     for name in (*results.CUBES, "gains", "noise"):
         np.testing.assert_array_equal(a[name][...], b[name][...], err_msg=name)
+
+    # Tiles begun with another configuration, or of another grid, are not resumed.
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    changed = run_config.load({**GRADIENT, "fit": {**GRADIENT["fit"], "steps": 200}})
+    changed["tiles"] = config["tiles"]
+    with pytest.raises(ConfigError, match=r"tile 0-t0_17-f0_2 was begun .*\(fit\.steps differ"):
+        job.run(rows, out, changed, resume=True, progress=False)
+    (out / "tiles" / "0-t0_15-f0_2").mkdir()
+    with pytest.raises(job.OutputExistsError, match="holds 0-t0_15-f0_2, which are not tiles"):
+        job.run(rows, out, config, resume=True, progress=False)
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps

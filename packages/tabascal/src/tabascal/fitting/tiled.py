@@ -31,8 +31,9 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import yaml
 
-from tabascal.config import ConfigError, dump_yaml
+from tabascal.config import ConfigError, dump_yaml, load_yaml
 from tabascal.fitting import results, tile_stitch
 from tabascal.fitting.checkpoint import CHECKPOINT_NAME
 from tabascal.fitting.output_folder import (
@@ -40,6 +41,7 @@ from tabascal.fitting.output_folder import (
     RESULTS,
     SUMMARY,
     TILES,
+    OutputExistsError,
     prepare_output,
     write_atomically,
 )
@@ -77,10 +79,12 @@ def run_tiles(
         )
     out_dir = Path(out_dir)
     with prepare_output(out_dir, resume=resume, overwrite=overwrite, tiled=True):
+        tile_plan = dataclasses.replace(plan, tiles=ONE_TILE)
+        if resume:
+            _check_resumable(out_dir / TILES, grid, tile_plan)
         # summary.json says the outputs beside it are its run's: it goes until they are written.
         (out_dir / SUMMARY).unlink(missing_ok=True)
         write_atomically(out_dir / "config.yaml", dump_yaml(plan.as_config()))
-        tile_plan = dataclasses.replace(plan, tiles=ONE_TILE)
         entries = [
             _fit_tile(
                 fit_one, source, out_dir / TILES, tile_plan, tile, len(grid), resume, progress
@@ -98,6 +102,45 @@ def run_tiles(
         }
         write_atomically(out_dir / SUMMARY, json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _flat(config: dict, path: str = "") -> dict:
+    """A configuration as {dotted key: value}, without ``fit.init`` (which each tile's run
+    settles from its own size)."""
+    out = {}
+    for name, value in config.items():
+        key = f"{path}.{name}" if path else name
+        if isinstance(value, dict):
+            out.update(_flat(value, key))
+        elif key != "fit.init":
+            out[key] = value
+    return out
+
+
+def _check_resumable(tiles_dir: Path, grid: list[Tile], plan: RunPlan) -> None:
+    """Refuse, before any tile is fitted, to resume into ``tiles_dir`` the tiles of another
+    grid, or tiles begun with another configuration than ``plan`` (a tile's)."""
+    names = {tile.name for tile in grid}
+    foreign = sorted(p.name for p in tiles_dir.iterdir() if p.name not in names)
+    if foreign:
+        raise OutputExistsError(
+            f"--resume: {tiles_dir} holds {', '.join(foreign)}, which are not tiles of this "
+            f"grid of {len(grid)} ({grid[0].name} to {grid[-1].name}); resume with the tiles "
+            "settings it was run with, or pass --overwrite to start again"
+        )
+    wanted = _flat(yaml.safe_load(dump_yaml(plan.as_config())))
+    for tile in grid:
+        path = tiles_dir / tile.name / "config.yaml"
+        if not path.is_file():
+            continue
+        begun = _flat(load_yaml(path))
+        changed = sorted(k for k in begun.keys() | wanted.keys() if begun.get(k) != wanted.get(k))
+        if changed:
+            raise ConfigError(
+                f"--resume: tile {tile.name} was begun with another configuration "
+                f"({', '.join(changed)} differ from its config.yaml); resume with the "
+                "configuration it was begun with, or pass --overwrite to fit every tile again"
+            )
 
 
 def _fit_tile(fit_one, source, tiles_dir: Path, plan, tile: Tile, n_tiles: int, resume, progress):
