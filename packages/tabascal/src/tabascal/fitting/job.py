@@ -6,7 +6,9 @@ PNG plots, the resolved ``config.yaml`` and ``checkpoints/``. Every output is wr
 hidden temporary name and renamed into place, so a run killed at any moment never leaves a
 half-written output under a final name; ``summary.json`` is written last, so its presence says
 the run finished. One run at a time writes into a folder: it holds the folder's lock
-(``OutputLock``) from start to end.
+(``OutputLock``) from start to end. A run of several tiles (config section ``tiles``) fits each
+into a folder of its own under ``tiles/`` and stitches them into these outputs
+(``fitting.tiled``).
 """
 
 from __future__ import annotations

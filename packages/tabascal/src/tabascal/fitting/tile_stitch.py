@@ -28,13 +28,12 @@ from tabascal.store.format import default_chunk_rows, row_blocks
 @dataclasses.dataclass(frozen=True)
 class Stitched:
     """What stitching found: the whole gains (n_ant, n_freq, n_time); the reduced chi-squared
-    of the stitched residual over each cell's tile noise, and the unflagged cells it is over;
-    the mean of the whole ``noise`` array; each tile's unflagged cells over its fitted ranges;
-    the ``rfi_vis_by_satellite`` report (``satellites.output_plan``'s)."""
+    of the stitched residual over each cell's tile noise; the mean of the whole ``noise``
+    array; each tile's unflagged cells over its fitted ranges; the ``rfi_vis_by_satellite``
+    report (``satellites.output_plan``'s)."""
 
     gains: np.ndarray
     chi2: float
-    n_points: int
     noise_mean: float
     tile_points: list[int]
     by_satellite: dict
@@ -100,10 +99,8 @@ def stitch(out_dir: Path, grid: list[Tile], meta, output) -> Stitched:
             n = rows.stop - rows.start
             cubes = {}
             for name in results.CUBES:
-                cube = None
+                cube = np.empty((n, n_freq, n_time), stores[0][name].dtype)
                 for i, (tile, store) in enumerate(zip(grid, stores, strict=True)):
-                    if cube is None:
-                        cube = np.empty((n, n_freq, n_time), store[name].dtype)
                     if name == "flags":
                         flags = store["flags"][rows]
                         sums["tile_points"][i] += int(np.count_nonzero(~flags))
@@ -118,10 +115,8 @@ def stitch(out_dir: Path, grid: list[Tile], meta, output) -> Stitched:
             sums["points"] += int(np.count_nonzero(kept))
             yield np.arange(rows.start, rows.stop), cubes
 
-    gains = None
+    gains = np.empty((meta.n_ant, n_freq, n_time), stores[0]["gains"].dtype)
     for tile, store in zip(grid, stores, strict=True):
-        if gains is None:
-            gains = np.empty((meta.n_ant, n_freq, n_time), store["gains"].dtype)
         gains[:, slice(*tile.core_freq), slice(*tile.core_time)] = store["gains"][
             :, *tile.core_within()
         ]
@@ -143,13 +138,13 @@ def stitch(out_dir: Path, grid: list[Tile], meta, output) -> Stitched:
     )
     lacking = [t.name for t, s in zip(grid, stores, strict=True) if satellites.ARRAY not in s]
     if report["written"] and lacking:
-        report = {**report, "written": False, "reason": f"tiles {', '.join(lacking)} lack it"}
+        reason = f"tiles {', '.join(lacking)} were fitted without it; fit them again (--overwrite)"
+        report = {**report, "written": False, "reason": reason}
     stacked = _stacked(grid, stores, n_bl, n_freq, n_time) if report["written"] else None
     results.write_results(out_dir / RESULTS, cube_blocks(), whole, n_bl, stacked)
     return Stitched(
         gains=gains,
         chi2=sums["chi2"] / (2 * max(sums["points"], 1)),
-        n_points=sums["points"],
         noise_mean=float(np.mean(whole_noise)),
         tile_points=sums["tile_points"],
         by_satellite=report,
