@@ -11,7 +11,7 @@ first group, the RFI's, the gains), the largest difference between the two runs,
 parameter moved from the start, and its gradient at the start on one device: the gradient
 whose sign the optimiser's first steps follow. The loss and gradient of the two agree to
 rounding (``tests/test_sharding_baseline.py``); a parameter whose gradient at the start is
-itself rounding (a sky mode the data-based start already fits) is where the runs part.
+itself rounding is where the runs part.
 """
 
 from __future__ import annotations
