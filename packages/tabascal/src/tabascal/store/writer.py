@@ -52,6 +52,9 @@ log = logging.getLogger(__name__)
 #: Testing hook: ``TABASCAL_KILL_AT=POINT:N`` makes the process SIGKILL itself the N-th time it
 #: reaches ``POINT`` (see :func:`kill_point`), to check what an interruption there leaves.
 KILL_AT_ENV = "TABASCAL_KILL_AT"
+#: With it, ``TABASCAL_KILL_MARKER=FILE``: only the process that removes FILE is killed, so that
+#: of several processes (Dask workers, and the one that replaces a killed worker) one dies once.
+KILL_MARKER_ENV = "TABASCAL_KILL_MARKER"
 _kill_counts: dict[str, int] = {}
 
 #: The errors of a write that ran out of room: the disk is full or the quota is spent.
@@ -324,7 +327,9 @@ def kill_point(point: str) -> None:
     Points: ``store-rows`` (a block of rows written), ``store-publish`` (a store complete,
     not yet renamed into place), ``store-replace`` (an overwritten store moved aside, the new
     one not yet in place); the fit's are in ``tabascal.fitting``: ``checkpoint``,
-    ``results-block``, ``results-replace`` and ``output-file``.
+    ``results-block``, ``results-replace`` and ``output-file``. With ``$TABASCAL_KILL_MARKER``
+    naming a file, the process is killed only if it is the one to remove that file; another
+    reaching the point after goes on.
     """
     wanted = os.environ.get(KILL_AT_ENV)
     if not wanted:
@@ -333,8 +338,15 @@ def kill_point(point: str) -> None:
     if name != point:
         return
     _kill_counts[point] = _kill_counts.get(point, 0) + 1
-    if _kill_counts[point] >= int(count or 1):
-        os.kill(os.getpid(), signal.SIGKILL)
+    if _kill_counts[point] < int(count or 1):
+        return
+    marker = os.environ.get(KILL_MARKER_ENV)
+    if marker:
+        try:
+            os.unlink(marker)
+        except FileNotFoundError:
+            return
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def why_unwritable(err: BaseException) -> str | None:
