@@ -195,6 +195,8 @@ RUN_JOB_KEYS = {
     "tiles.freq",
     "tiles.overlap_s",
     "tiles.overlap_channels",
+    "tiles.workers",
+    "tiles.scheduler",
     "sharding.axis",
     "sharding.reuse_plan",
     "sharding.row_blocks",

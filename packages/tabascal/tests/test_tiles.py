@@ -67,6 +67,8 @@ def test_auto_is_one_tile_and_is_the_default():
         "freq": "auto",
         "overlap_s": 0.0,
         "overlap_channels": 0,
+        "workers": None,
+        "scheduler": None,
     }
 
 

@@ -68,7 +68,8 @@ def use_devices(n: int) -> str | None:
 def _run_plan(args, base: dict | None = None):
     """The run's plan, resolved once from the configuration (``base``, then the config file
     ``-c``, then the flags that set config keys: ``--steps``, ``--precision``) and the flags
-    that settle the sharding (``--shard-axis``, ``--reuse-plan``, ``--row-blocks``)."""
+    that settle the sharding (``--shard-axis``, ``--reuse-plan``, ``--row-blocks``) and where
+    the tiles are fitted (``--workers``, ``--scheduler``)."""
     from tabascal.config import load_yaml, merge
     from tabascal.fitting import plan_run, run_config
 
@@ -84,6 +85,8 @@ def _run_plan(args, base: dict | None = None):
         shard_axis=getattr(args, "shard_axis", None),
         reuse_plan=getattr(args, "reuse_plan", None),
         row_blocks=getattr(args, "row_blocks", None),
+        workers=getattr(args, "workers", None),
+        scheduler=getattr(args, "scheduler", None),
     )
 
 
@@ -345,6 +348,23 @@ def add_run(subparsers) -> None:
         default=None,
         help="with --shard-axis baseline: permute the baselines so that each device touches "
         "few antennas (overrides config key baseline_axis.reuse_plan)",
+    )
+    tiles = parser.add_argument_group(
+        "tiles over Dask workers",
+        "with more than one tile (tiles.time, tiles.freq), fit a tile a task on Dask workers; "
+        'needs pip install "tabascal[distributed]" and an observation store (--data STORE)',
+    )
+    tiles.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="start N local worker processes of one thread each (overrides tiles.workers)",
+    )
+    tiles.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="use the workers of the running Dask scheduler at ADDRESS, e.g. tcp://node1:8786 "
+        "(overrides tiles.scheduler)",
     )
     group = parser.add_argument_group(
         "multi-process runs",

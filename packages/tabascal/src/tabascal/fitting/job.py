@@ -36,6 +36,7 @@ from tabascal.fitting import (
     plots,
     results,
     satellites,
+    tile_workers,
     tiled,
 )
 from tabascal.fitting.compile_cache import CompileCounts, compile_counts, compile_summary
@@ -270,9 +271,11 @@ def run(
     ``tabascal run`` takes it without its flag: from ``config``'s ``sharding`` (and
     $TABASCAL_SHARD_AXIS); a plan has settled both already, and takes neither.
 
-    With more than one tile (config section ``tiles``), each tile is fitted in turn as its
-    own observation into ``out_dir/tiles/<name>`` and the tiles are stitched into
-    ``out_dir``'s results.zarr and summary.json (``tiled.run_tiles``; a dict is returned).
+    With more than one tile (config section ``tiles``), each tile is fitted as its own
+    observation into ``out_dir/tiles/<name>``, in turn or by Dask workers (``tiles.workers``,
+    ``tiles.scheduler``; ``obs`` must then be a ``StoreRows``), and the tiles are stitched
+    into ``out_dir``'s results.zarr and summary.json (``tiled.run_tiles``; a dict is
+    returned).
     """
     began = time.perf_counter()
     compiles_from = compile_counts()
@@ -280,6 +283,7 @@ def run(
     route = routes.route(plan.sharding.axis, plan.sharding.reuse_plan)
     source = obs if hasattr(obs, "read") else blockwise.MemoryRows(obs)
     grid = plan.tiles.grid(source.meta)  # before any work: the tiles' counts are checked here
+    tile_workers.check(plan.tiles, len(grid), source)
     # init "auto" is settled here, and config.yaml records the start the fit took.
     init = joint.resolve_init(
         plan.init, source.meta, processes.process_count(), by_block=route.by_block

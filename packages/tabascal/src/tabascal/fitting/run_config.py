@@ -232,6 +232,22 @@ SCHEMA = Section(
                     "observation)",
                     min=0,
                 ),
+                "workers": Option(
+                    int,
+                    None,
+                    "fit the tiles over this many local Dask worker processes (one thread "
+                    "each), a tile a task; null fits them one after another in this process; "
+                    "needs the distributed extra; not with scheduler",
+                    min=1,
+                    nullable=True,
+                ),
+                "scheduler": Option(
+                    str,
+                    None,
+                    "address of a running Dask scheduler (tcp://HOST:PORT) whose workers fit "
+                    "the tiles, a tile a task; needs the distributed extra; not with workers",
+                    nullable=True,
+                ),
             },
         ),
         "sharding": Section(
@@ -344,6 +360,29 @@ def reuse_plan(cli_value: bool | None, config: dict, axis: str) -> bool:
             "plan permutes baselines, so it needs the baseline axis (--shard-axis baseline)"
         )
     return bool(value)
+
+
+def tile_workers(
+    cli_workers: int | None, cli_scheduler: str | None, config: dict
+) -> tuple[int | None, str | None]:
+    """Where the tiles are fitted, (local workers, scheduler address): the command line's
+    ``--workers`` or ``--scheduler`` win over the config's pair, then ``tiles.workers`` and
+    ``tiles.scheduler``; (None, None) fits them in this process. Both at once is an error."""
+    if cli_workers is not None or cli_scheduler is not None:
+        workers, scheduler = cli_workers, cli_scheduler
+        sources = ("--workers", "--scheduler")
+    else:
+        workers, scheduler = config["tiles"]["workers"], config["tiles"]["scheduler"]
+        sources = ("config key 'tiles.workers'", "config key 'tiles.scheduler'")
+    if workers is not None and workers < 1:
+        raise ConfigError(f"{sources[0]} = {workers}; give a whole number of workers, 1 or more")
+    if workers is not None and scheduler is not None:
+        raise ConfigError(
+            f"{sources[0]} = {workers} and {sources[1]} = {scheduler!r} both say where the "
+            f"tiles are fitted: give {sources[0]} to start local workers, or {sources[1]} to "
+            "use a running cluster's, not both"
+        )
+    return workers, scheduler
 
 
 def row_blocks(cli_value: int | None, config: dict, axis: str, reuse: bool) -> int:

@@ -33,12 +33,21 @@ class Sharding:
 class Tiling:
     """The grid of tiles the observation is fitted as (``fitting.tiles.plan_tiles``): tiles
     along time and frequency (a count, or ``tiles.AUTO``), and the overlap of each tile past
-    its core in seconds and in channels."""
+    its core in seconds and in channels; where the tiles are fitted: over ``workers`` local
+    Dask worker processes, or the workers of the Dask scheduler at address ``scheduler``
+    (``fitting.tile_workers``), or, with neither, one after another in this process."""
 
     time: int | str = tiles.AUTO
     freq: int | str = tiles.AUTO
     overlap_s: float = 0.0
     overlap_channels: int = 0
+    workers: int | None = None
+    scheduler: str | None = None
+
+    @property
+    def over_workers(self) -> bool:
+        """Whether Dask workers fit the tiles (``workers`` or ``scheduler`` given)."""
+        return self.workers is not None or self.scheduler is not None
 
     def grid(self, meta) -> list[tiles.Tile]:
         """The tiles of the observation of ``meta`` (an ``ObservationMeta``)."""
@@ -163,13 +172,18 @@ def plan_run(
     shard_axis: str | None = None,
     reuse_plan: bool | None = None,
     row_blocks: int | None = None,
+    workers: int | None = None,
+    scheduler: str | None = None,
 ) -> RunPlan:
     """The plan of the validated ``config`` (``run_config.load``'s). shard_axis, reuse_plan,
     row_blocks: the command line's values, which win over the config's ``sharding`` (and
-    $TABASCAL_SHARD_AXIS); None takes them as ``tabascal run`` does without its flags."""
+    $TABASCAL_SHARD_AXIS); workers, scheduler: the command line's ``--workers`` and
+    ``--scheduler``, which win over the config's ``tiles.workers`` and ``tiles.scheduler``.
+    None takes them as ``tabascal run`` does without its flags."""
     axis = run_config.shard_axis(shard_axis, config)
     reuse = run_config.reuse_plan(reuse_plan, config, axis)
     blocks = run_config.row_blocks(row_blocks, config, axis, reuse)
+    n_workers, address = run_config.tile_workers(workers, scheduler, config)
     numbers = config["satellites"]["catalogue_numbers"]
     return RunPlan(
         model=run_config.model_config(config),
@@ -186,5 +200,5 @@ def plan_run(
         ),
         sharding=Sharding(axis, reuse, blocks),
         record=_frozen(config),
-        tiles=Tiling(**config["tiles"]),
+        tiles=Tiling(**{**config["tiles"], "workers": n_workers, "scheduler": address}),
     )

@@ -1,11 +1,13 @@
 """``tabascal run`` over a grid of (time x frequency) tiles (config section ``tiles``).
 
-Each tile (``tiles.plan_tiles``) is fitted in turn as an observation of its own
-(``tile_rows.TileRows``) by the untiled run, into ``tiles/<name>/`` of the output folder, which
-is then a run's output folder like any other (results.zarr, summary.json, config.yaml,
-checkpoints, plots). The tiles are then stitched into the output folder's own results.zarr, each
-(baseline, channel, time) cell from the tile whose core holds it (``tile_stitch``, which says
-what the stitched results.zarr holds), and its summary.json.
+Each tile (``tiles.plan_tiles``) is fitted as an observation of its own
+(``tile_rows.TileRows``) by the untiled run (``fit_tile``), into ``tiles/<name>/`` of the
+output folder, which is then a run's output folder like any other (results.zarr, summary.json,
+config.yaml, checkpoints, plots): in turn in this process, or a tile a task by Dask workers
+(``tiles.workers``, ``tiles.scheduler``: ``tile_workers``). The tiles are then stitched into
+the output folder's own results.zarr, each (baseline, channel, time) cell from the tile whose
+core holds it (``tile_stitch``, which says what the stitched results.zarr holds), and its
+summary.json.
 
 summary.json's whole-observation figures: ``chi2_final`` recomputed over the stitched residual
 (each cell over its tile's noise), ``truth`` recomputed from the stitched cubes and gains
@@ -69,7 +71,8 @@ def run_tiles(
 ) -> dict:
     """Fit the tiles ``grid`` of ``source`` (a ``blockwise.RowSource`` of the whole
     observation) one after another with ``fit_one`` (the untiled ``job.run``: ``fit_one(rows,
-    out_dir, plan, resume=, overwrite=, progress=)``), each into ``out_dir/tiles/<name>``;
+    out_dir, plan, resume=, overwrite=, progress=)``), or over the Dask workers that
+    ``plan.tiles`` names (which fit with ``job.run``), each into ``out_dir/tiles/<name>``;
     stitch them into ``out_dir``'s results.zarr and summary.json; return the summary."""
     began = time.perf_counter()
     if processes.process_count() > 1:
@@ -85,12 +88,20 @@ def run_tiles(
         # summary.json says the outputs beside it are its run's: it goes until they are written.
         (out_dir / SUMMARY).unlink(missing_ok=True)
         write_atomically(out_dir / "config.yaml", dump_yaml(plan.as_config()))
-        entries = [
-            _fit_tile(
-                fit_one, source, out_dir / TILES, tile_plan, tile, len(grid), resume, progress
+        if plan.tiles.over_workers:
+            # imported here: it imports this module, whose fit_tile its workers run
+            from tabascal.fitting import tile_workers
+
+            entries = tile_workers.fit_tiles(
+                source, out_dir / TILES, tile_plan, grid, plan.tiles, resume=resume
             )
-            for tile in grid
-        ]
+        else:
+            entries = [
+                _fit_or_keep(
+                    fit_one, source, out_dir / TILES, tile_plan, tile, len(grid), resume, progress
+                )
+                for tile in grid
+            ]
         fitted_s = time.perf_counter() - began
         stitched = tile_stitch.stitch(out_dir, grid, source.meta, plan.output)
         truth = _truth(source, out_dir, stitched, plan)
@@ -143,26 +154,45 @@ def _check_resumable(tiles_dir: Path, grid: list[Tile], plan: RunPlan) -> None:
             )
 
 
-def _fit_tile(fit_one, source, tiles_dir: Path, plan, tile: Tile, n_tiles: int, resume, progress):
-    """(tile, its summary, whether it was fitted now): fitted with ``fit_one`` into
-    ``tiles_dir/<name>``, or, with ``resume``, read back where its summary.json says it is
-    finished, or resumed where it left a checkpoint."""
+def finished_tile(tiles_dir: Path, tile: Tile, n_tiles: int) -> dict | None:
+    """The summary of ``tile`` where its folder under ``tiles_dir`` holds a finished fit (its
+    summary.json, written last), else None."""
+    path = tiles_dir / tile.name / SUMMARY
+    if not path.is_file():
+        return None
+    logger.info("tile %d of %d (%s): finished earlier", tile.index + 1, n_tiles, tile.name)
+    return json.loads(path.read_text())
+
+
+def fit_tile(
+    fit_one, source, tiles_dir: Path, plan: RunPlan, tile: Tile, n_tiles: int, progress=False
+) -> dict:
+    """Fit ``tile`` of ``source`` with ``fit_one`` and ``plan`` (a tile's) into
+    ``tiles_dir/<name>``; return its summary. A folder that holds the tile's checkpoint (a fit
+    of it that was interrupted: a resumed run, or a worker that died) is resumed from it; one
+    begun before its first checkpoint is cleared and fitted afresh. The sequential loop and
+    the Dask workers (``tile_workers``) both fit a tile here."""
     folder = tiles_dir / tile.name
-    if resume and (folder / SUMMARY).is_file():
-        logger.info("tile %d of %d (%s): finished earlier", tile.index + 1, n_tiles, tile.name)
-        return tile, json.loads((folder / SUMMARY).read_text()), False
     logger.info("tile %d of %d (%s): fitting", tile.index + 1, n_tiles, tile.name)
     own_checkpoint = (folder / CHECKPOINTS / CHECKPOINT_NAME).is_file()
     summary = fit_one(
         TileRows.of(source, tile),
         folder,
         plan,
-        resume=resume and own_checkpoint,
-        # what a tile interrupted before its first checkpoint left
-        overwrite=resume and not own_checkpoint and folder.exists(),
+        resume=own_checkpoint,
+        overwrite=not own_checkpoint and folder.exists(),
         progress=progress,
     )
-    return tile, json.loads(json.dumps(dict(summary))), True
+    return json.loads(json.dumps(dict(summary)))
+
+
+def _fit_or_keep(fit_one, source, tiles_dir: Path, plan, tile: Tile, n_tiles, resume, progress):
+    """(tile, its summary, whether it was fitted now): with ``resume``, read back where its
+    summary.json says it is finished; else fitted (``fit_tile``) in this process."""
+    summary = finished_tile(tiles_dir, tile, n_tiles) if resume else None
+    if summary is not None:
+        return tile, summary, False
+    return tile, fit_tile(fit_one, source, tiles_dir, plan, tile, n_tiles, progress), True
 
 
 def _truth(source, out_dir: Path, stitched, plan: RunPlan) -> dict | None:
