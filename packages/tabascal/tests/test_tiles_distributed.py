@@ -6,6 +6,7 @@ import dataclasses
 import json
 import sys
 
+import dask
 import distributed
 import numpy as np
 import pytest
@@ -109,6 +110,41 @@ def test_a_tile_whose_worker_is_killed_is_fitted_again_and_ends_as_if_never_kill
     # The marker is removed by the process that killed itself, and by nothing else.
     assert not marker.exists()
     assert [t["fitted"] for t in summary["tiles"]] == ["now", "now"]
+    _assert_same_tiles(in_sequence, out)
+
+
+def test_a_tile_whose_worker_dies_for_good_fails_after_the_others_and_resume_ends_it(
+    in_sequence, small_store, tmp_path, monkeypatch
+):
+    """With no second chance for a dying worker's tile (the scheduler's allowed-failures 0),
+    the tile whose worker is killed fails the run, by name, once the other tile is finished;
+    --resume then fits that tile alone, from its checkpoint, to the uninterrupted results."""
+    marker = tmp_path / "kill-once"
+    marker.touch()
+    monkeypatch.setenv(KILL_AT_ENV, "checkpoint:2")
+    monkeypatch.setenv(KILL_MARKER_ENV, str(marker))
+    out = tmp_path / "fit"
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 0}),
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+    ):
+        monkeypatch.delenv(KILL_AT_ENV)
+        config = _config(scheduler=cluster.scheduler_address)
+        with pytest.raises(tile_workers.TileWorkerError) as err:
+            job.run(_rows(small_store), out, config, progress=False)
+        assert not marker.exists()
+        (killed,) = [
+            name for name in TILE_NAMES if f"tile {name}: its worker died" in str(err.value)
+        ]
+        (other,) = set(TILE_NAMES) - {killed}
+        assert "run again with --resume" in str(err.value)
+        assert (out / "tiles" / other / "summary.json").is_file()
+        assert (out / "tiles" / killed / "checkpoints" / "checkpoint.npz").is_file()
+        assert not (out / "summary.json").exists()
+        summary = job.run(_rows(small_store), out, config, resume=True, progress=False)
+    assert {t["name"]: t["fitted"] for t in summary["tiles"]} == {killed: "now", other: "earlier"}
     _assert_same_tiles(in_sequence, out)
 
 

@@ -19,7 +19,8 @@ A worker that dies mid-tile has its tile rescheduled on another by the scheduler
 ``RETRIES`` times. Either way the tile's folder may hold what the failed attempt left: a
 checkpoint, which the next attempt resumes from, or a fit begun before its first checkpoint,
 which it clears and starts afresh (``tiled.fit_tile``), so that the tile ends as a fit that
-was never interrupted.
+was never interrupted. A tile that still fails does not stop the others: its error is raised
+once they are done, before stitching, and ``--resume`` then fits only the tiles not finished.
 """
 
 from __future__ import annotations
@@ -263,14 +264,36 @@ def fit_tiles(
             for tile in todo
         }
         logger.info("%d tiles submitted to %s", len(todo), client.scheduler.address)
+        failed = {}
         try:
             for future in distributed.as_completed(futures):
                 tile = futures[future]
-                finished[tile.index] = (tile, _result(future, tile, tiles_dir), True)
+                try:
+                    finished[tile.index] = (tile, _result(future, tile, tiles_dir), True)
+                except Exception as err:
+                    # The other tiles are fitted on, so that --resume fits only the failed.
+                    logger.error("tile %s: failed: %s", tile.name, err)
+                    failed[tile.name] = err
+                    continue
                 logger.info("tile %s: fitted (%d of %d)", tile.name, len(finished), len(grid))
         finally:
             client.cancel(list(futures))
+    _raise_failed(failed, tiles_dir)
     return [finished[tile.index] for tile in grid]
+
+
+def _raise_failed(failed: dict[str, Exception], tiles_dir: Path) -> None:
+    """Raise the error of the one failed tile as it is, or a TileWorkerError naming each of
+    several; nothing where none failed."""
+    if len(failed) == 1:
+        raise next(iter(failed.values()))
+    if failed:
+        first, err = next(iter(failed.items()))
+        raise TileWorkerError(
+            f"tiles {', '.join(failed)} failed (the others are finished in {tiles_dir}); "
+            f"{first}: {err}; see the log for the others' errors, then run again with "
+            "--resume, which fits only the tiles not finished"
+        ) from err
 
 
 def _result(future, tile: Tile, tiles_dir: Path) -> dict:
@@ -284,6 +307,7 @@ def _result(future, tile: Tile, tiles_dir: Path) -> dict:
         raise TileWorkerError(
             f"tile {tile.name}: its worker died each time it was fitted ({err}); look in the "
             "workers' logs for why (often memory: fewer workers, or tiles.time and tiles.freq "
-            f"higher, give each tile more of it), then run again with --resume, which keeps "
-            f"the tiles finished in {tiles_dir} (each with its {SUMMARY})"
+            "higher, give each tile more of it), then run again with --resume, which keeps "
+            f"the tiles finished in {tiles_dir} (each with its {SUMMARY}) and resumes this one "
+            "from its checkpoint"
         ) from err
