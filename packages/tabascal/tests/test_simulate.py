@@ -257,10 +257,30 @@ def test_bench_presets_plan_their_sizes_and_stream(preset, n_ant, n_freq, n_time
         assert layout.cells_per_block < n_time
 
 
+def test_the_real_size_preset_holds_19_million_visibilities_and_four_leo_passes():
+    """array-64: 64 stations within 5 km, 32 channels of 100 kHz, 300 integrations of 2 s
+    (2016 x 32 x 300 visibilities), four GNSS satellites above 20 degrees throughout and four
+    LEOs passing 71 to 83 degrees up, one setting before the end."""
+    m = build_scene(simulation_config("array-64")).meta
+    assert (m.n_ant, m.n_bl, m.n_freq, m.n_time, m.n_sat) == (64, 2016, 32, 300, 8)
+    assert m.n_bl * m.n_freq * m.n_time == 19_353_600
+    assert (m.int_time, m.chan_width) == (2.0, 100e3)
+    enu = m.ant_itrf - m.ant_itrf.mean(axis=0)
+    assert np.max(np.linalg.norm(enu, axis=1)) < 5000.0
+    elevation = np.rad2deg(geo.satellite_elevation(m.ant_itrf, m.orbits, m.times_s, m.gast0_rad))
+    leo = [s for s in range(m.n_sat) if m.orbits.label(s).startswith("LEO")]
+    assert len(leo) == 4
+    assert np.all(elevation[leo].max(axis=1) > 70)  # measured 71.1 to 82.8 degrees
+    assert np.all(elevation[leo, 0] > 0)
+    assert np.sum(elevation[leo, -1] <= 0) == 1  # LEO-3 sets 22 s before the end (-1.3 degrees)
+    gnss = [s for s in range(m.n_sat) if s not in leo]
+    assert np.all(elevation[gnss] > 20)
+
+
 @pytest.mark.parametrize(
     ("preset", "overrides", "message"),
     [
-        ("dmo", None, r"unknown preset 'dmo'; choose one of demo, bench-96, bench-512, bench-2048"),
+        ("dmo", None, r"unknown preset 'dmo'; choose one of demo, bench-96, bench-512, array-64, bench-2048"),
         ("demo", {"sky": {"flux_max_jy": 0.5}}, r"'sky.flux_max_jy' must be at least"),
         ("demo", {"array": {"layout": "file"}}, r"'array.file' must name a layout file"),
         ("demo", {"satellites": {"kinds": ["glonas"]}}, r"did you mean 'glonass'\?"),

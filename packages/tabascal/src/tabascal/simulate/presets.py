@@ -302,6 +302,55 @@ PRESETS: dict[str, dict] = {
         "sky": {"n_sources": 50},
         "satellites": {"count": 32, "kinds": ["gps", "galileo", "glonass", "beidou"]},
     },
+    # An observation of real size: 64 stations within 5 km, 10 minutes at 2 s, 32 channels of
+    # 100 kHz (2016 x 32 x 300 = 19.4 million visibilities), four GNSS satellites and four
+    # LEO passes (550 km at 53 degrees, 800 km sun-synchronous) peaking 71 to 83 degrees up,
+    # one of them setting 22 s before the end.
+    "array-64": {
+        "seed": 64,
+        "array": {"n_stations": 64, "max_radius_m": 5000.0},
+        "observation": {"n_time": 300, "int_time_s": 2.0, "n_freq": 32, "chan_width_hz": 100e3},
+        "sky": {"n_sources": 30},
+        "satellites": {
+            "count": 4,
+            "kinds": ["gps", "galileo", "glonass", "beidou"],
+            "eirp_dbw_hz": -45.0,
+            "orbits": [
+                {
+                    "name": "LEO-1",
+                    "altitude_m": 550e3,
+                    "inclination_deg": 53.0,
+                    "raan_deg": 337.8,
+                    "arg_lat_deg": 193.82,
+                    "eirp_dbw_hz": -65.0,
+                },
+                {
+                    "name": "LEO-2",
+                    "altitude_m": 800e3,
+                    "inclination_deg": 98.6,
+                    "raan_deg": 171.47,
+                    "arg_lat_deg": 323.32,
+                    "eirp_dbw_hz": -65.0,
+                },
+                {
+                    "name": "LEO-3",
+                    "altitude_m": 550e3,
+                    "inclination_deg": 53.0,
+                    "raan_deg": 199.07,
+                    "arg_lat_deg": 313.92,
+                    "eirp_dbw_hz": -65.0,
+                },
+                {
+                    "name": "LEO-4",
+                    "altitude_m": 800e3,
+                    "inclination_deg": 98.6,
+                    "raan_deg": 0.47,
+                    "arg_lat_deg": 182.05,
+                    "eirp_dbw_hz": -65.0,
+                },
+            ],
+        },
+    },
     # bench-512's observation on 2048 stations (2096128 baselines): for planning and the
     # memory benchmark from abstract shapes, not for simulating on one machine.
     "bench-2048": {
