@@ -8,6 +8,7 @@ import sys
 
 import dask
 import distributed
+import jax
 import numpy as np
 import pytest
 import zarr
@@ -227,6 +228,19 @@ def test_workers_for_an_observation_in_memory_are_refused(small_store, tmp_path)
         job.run(read_observation(small_store), tmp_path / "out", _config(workers=2),
                 progress=False)  # fmt: skip
     assert not (tmp_path / "out").exists()
+
+
+def test_a_worker_takes_on_the_planning_process_x64_mode_and_precision_for_the_fit(small_store):
+    tile = plan_run(_config()).tiles.grid(read_meta(small_store))[0]
+    with jax.enable_x64(True), jax.default_matmul_precision("highest"):
+        settings = tile_workers.JaxSettings.here()
+    assert settings.x64 and settings.matmul_precision == "highest"
+    with settings.taken_on(tile):
+        assert jax.config.jax_enable_x64
+        assert jax.config.jax_default_matmul_precision == "highest"
+        assert jax.numpy.zeros(1).dtype == np.float64
+    assert not jax.config.jax_enable_x64
+    assert jax.config.jax_default_matmul_precision is None
 
 
 def test_a_worker_on_other_devices_is_refused(small_store):
