@@ -280,7 +280,7 @@ def test_the_real_size_preset_holds_19_million_visibilities_and_four_leo_passes(
 @pytest.mark.parametrize(
     ("preset", "overrides", "message"),
     [
-        ("dmo", None, r"unknown preset 'dmo'; choose one of demo, bench-96, bench-512, array-64, bench-2048"),
+        ("dmo", None, r"unknown preset 'dmo'; choose one of demo, bench-96, bench-512, array-64"),
         ("demo", {"sky": {"flux_max_jy": 0.5}}, r"'sky.flux_max_jy' must be at least"),
         ("demo", {"array": {"layout": "file"}}, r"'array.file' must name a layout file"),
         ("demo", {"satellites": {"kinds": ["glonas"]}}, r"did you mean 'glonass'\?"),
