@@ -486,11 +486,9 @@ class _Grid(NamedTuple):
 
 def _regular_grid(freq: np.ndarray, width: float, names: np.ndarray, where: str) -> _Grid:
     """The coarsest regular grid, of a step no less than ``width``, on which the ascending
-    channel centres ``freq`` (Hz) of ``where`` lie (to ``CHANNEL_RTOL`` of the step): their
-    step itself when they are evenly spaced; a step dividing their smallest one by at most
-    ``GRID_DIVISORS`` when channels are missing between them. Refused: channels that overlap
-    (centres closer than the width) and centres on no such grid, naming the channels by
-    ``names``."""
+    channel centres ``freq`` (Hz) of ``where`` lie (``_fitted_grid``). Refused: channels that
+    overlap (centres closer than the width) and centres on no such grid, naming the channels
+    by ``names``."""
     if freq.size < 2:
         return _Grid(width, np.zeros(freq.size, np.int64))
     steps = np.diff(freq)
@@ -501,6 +499,21 @@ def _regular_grid(freq: np.ndarray, width: float, names: np.ndarray, where: str)
             f"of channels {_pairs_text(steps, overlap, names)} are closer; tabascal needs "
             "channels at least one width apart"
         )
+    grid = _fitted_grid(freq, width)
+    if grid is None:
+        raise MsError(
+            f"channels of {where} {_off_grid_text(freq, names)}: the model's frequency grid is "
+            "regular; choose evenly spaced channels with --channels"
+        )
+    return grid
+
+
+def _fitted_grid(freq: np.ndarray, width: float) -> _Grid | None:
+    """The coarsest regular grid, of a step no less than ``width``, holding the ascending
+    centres ``freq`` (at least two, none closer than ``width``) to ``CHANNEL_RTOL`` of its
+    step: their step itself when they are evenly spaced; a step dividing their smallest one
+    by at most ``GRID_DIVISORS`` when channels are missing between them. None: no such grid."""
+    steps = np.diff(freq)
     smallest = float(steps.min())
     for divisor in range(1, GRID_DIVISORS + 1):
         base = smallest / divisor
@@ -510,15 +523,22 @@ def _regular_grid(freq: np.ndarray, width: float, names: np.ndarray, where: str)
         spacing = float(freq[-1] - freq[0]) / int(place[-1])
         if np.all(np.abs(freq - freq[0] - place * spacing) <= CHANNEL_RTOL * spacing):
             return _Grid(spacing, place)
+    return None
+
+
+def _off_grid_text(freq: np.ndarray, names: np.ndarray) -> str:
+    """Why the centres ``freq`` lie on no regular grid, naming the channels by ``names``:
+    the neighbours not a whole number of the smallest step apart."""
+    steps = np.diff(freq)
+    smallest = float(steps.min())
     ratio = steps / smallest
     odd = np.flatnonzero(np.abs(ratio - np.rint(ratio)) > CHANNEL_RTOL * ratio)
     odd = odd if odd.size else np.flatnonzero(steps > smallest * (1 + CHANNEL_RTOL))
-    raise MsError(
-        f"channels of {where} are not evenly spaced, nor on a regular grid with channels "
-        f"missing (steps {steps.min() / 1e3:.9g} to {steps.max() / 1e3:.9g} kHz; channels "
-        f"{_pairs_text(steps, odd, names)} are not a whole number of "
-        f"{smallest / 1e3:.9g} kHz steps apart): the model's frequency grid is regular; "
-        "choose evenly spaced channels with --channels"
+    return (
+        f"are not evenly spaced, nor on a regular grid with channels missing (steps "
+        f"{steps.min() / 1e3:.9g} to {steps.max() / 1e3:.9g} kHz; channels "
+        f"{_pairs_text(steps, odd, names)} are not a whole number of {smallest / 1e3:.9g} kHz "
+        "steps apart)"
     )
 
 
@@ -558,13 +578,11 @@ def _band_problem(spws: list[int], parts: list[_Channels]) -> str | None:
                 f"of window {spws[k - 1]}, less than a channel's width: the channels overlap"
             )
     freq = np.concatenate([p.freq for p in parts])
+    if _fitted_grid(freq, width) is not None:  # several windows: two channels at least
+        return None
     pairs = zip(spws, parts, strict=True)
     names = np.array([f"{s}:{c}" for s, p in pairs for c in _ms_channels(p)])
-    try:
-        _regular_grid(freq, width, names, "the band")
-    except MsError as err:
-        return str(err).split(": the model's")[0]
-    return None
+    return f"channels of the band {_off_grid_text(freq, names)}"
 
 
 def _check_side_by_side(spws: list[int], parts: list[_Channels]) -> None:
